@@ -1,0 +1,62 @@
+"""Entry point: ``kvsim``. Errors caused by user input print one line, never a traceback."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from sim.errors import KvsimError
+
+app = typer.Typer(
+    name="kvsim",
+    help="KV-cache memory simulator and GPU capacity planner for LLM serving.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Sub-command modules. Each exposes either `register(app)` (top-level commands) or
+# `app` (a command group named by GROUPS[module]).
+COMMAND_MODULES = ("sim.cli.simulate", "sim.cli.budget", "sim.cli.sweep", "sim.cli.plot",
+                   "sim.cli.report", "sim.cli.plan")
+GROUPS = {"sim.cli.trace": "trace", "sim.cli.calibrate": "calibrate"}
+
+
+def _load() -> None:
+    for mod in (*COMMAND_MODULES, *GROUPS):
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name == mod:
+                continue  # optional module not present in this build
+            raise
+        if mod in GROUPS:
+            app.add_typer(m.app, name=GROUPS[mod])
+        else:
+            m.register(app)
+
+
+def main() -> None:
+    _load()
+    try:
+        app(standalone_mode=False)
+    except KvsimError as e:
+        typer.secho(f"error: {e}", err=True, fg="red")
+        sys.exit(2)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        if isinstance(e, click.exceptions.Exit):
+            sys.exit(e.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

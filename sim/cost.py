@@ -1,0 +1,171 @@
+"""Step-cost models: how long one engine step takes.
+
+The engine describes each step as a :class:`StepBatch` (a handful of integers) and asks a
+:class:`StepCostModel` for its duration. Cost models are policies: ``constant`` (tests),
+``roofline`` (analytic, **uncalibrated**) and ``calibrated`` (fitted on GPU measurements,
+``calibration/``). Build one with :func:`build_cost_model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from sim.errors import ConfigError
+from sim.specs import GpuSpec, ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class StepBatch:
+    """What one engine step computes, as the cost model sees it.
+
+    Attributes:
+        prefill_tokens: new tokens of prefilling requests (sum of chunk sizes).
+        num_prefill_seqs: requests that run a prefill chunk this step.
+        prefill_attn_pairs: causal query-key pairs of the prefill chunks,
+            sum over chunks of ``chunk * (computed_before + (chunk + 1) / 2)``.
+        prefill_context_tokens: KV tokens the prefill chunks attend to (computed + chunk).
+        num_decode_seqs: decoding requests (one token each).
+        decode_context_tokens: KV tokens read by the decodes (sum of context lengths).
+        pages_touched: KV pages (blocks) read this step, sum over scheduled requests of
+            ``cdiv(context, block_size)``; the term through which ``block_size`` changes cost.
+        block_size: tokens per KV block (page); for a slab allocator the value is 0.
+        swap_out_blocks / swap_in_blocks: blocks moved GPU->CPU / CPU->GPU (swap preemption).
+        block_bytes: bytes per block on one GPU (all layers), for swap transfer time.
+    """
+
+    prefill_tokens: int = 0
+    num_prefill_seqs: int = 0
+    prefill_attn_pairs: float = 0.0
+    prefill_context_tokens: int = 0
+    num_decode_seqs: int = 0
+    decode_context_tokens: int = 0
+    pages_touched: int = 0
+    block_size: int = 16
+    swap_out_blocks: int = 0
+    swap_in_blocks: int = 0
+    block_bytes: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prefill_tokens + self.num_decode_seqs
+
+    @property
+    def num_seqs(self) -> int:
+        return self.num_prefill_seqs + self.num_decode_seqs
+
+
+@runtime_checkable
+class StepCostModel(Protocol):
+    """Maps one engine step to its duration in seconds."""
+
+    name: str  #: shown in every output, e.g. "constant:0.01", "roofline (uncalibrated)"
+
+    def step_time(self, batch: StepBatch) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantCost:
+    """Every step takes exactly ``seconds``: step k of a busy engine starts at k x seconds."""
+
+    seconds: float
+
+    @property
+    def name(self) -> str:
+        return f"constant:{self.seconds:g}"
+
+    def step_time(self, batch: StepBatch) -> float:
+        return self.seconds
+
+
+def allreduce_time(model: ModelSpec, gpu: GpuSpec, tp: int, num_tokens: int) -> float:
+    """Analytic ring all-reduce time for one step (2 per layer, Megatron-style TP).
+
+    Bytes per all-reduce = tokens x hidden x dtype; a ring moves 2 (tp-1)/tp of it per GPU.
+    Link: NVLink when the GPU has it, else PCIe. Plus a fixed ~8 us latency per call.
+    """
+    if tp <= 1 or num_tokens == 0:
+        return 0.0
+    link = (gpu.nvlink_gbps if gpu.nvlink_gbps > 0 else gpu.pcie_gbps) * 1e9
+    nbytes = num_tokens * model.hidden * model.dtype_bytes
+    per_call = 2 * (tp - 1) / tp * nbytes / link + 8e-6
+    return 2 * model.layers * per_call
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineCost:
+    """Analytic roofline, **uncalibrated**: max(bytes / (eta_bw x BW), FLOPs / (eta_c x peak)).
+
+    Bytes = weights (once per step) + KV read by attention + KV written; FLOPs = 2 x params x
+    tokens + attention (4 x head_dim x heads x layers per query-key pair). A per-page overhead
+    (``page_overhead_s``) models the kernel's cost of gathering scattered pages; a fixed
+    per-step launch/scheduling overhead is added. Efficiency factors default to the H200
+    measurements in specs.md (eta_bw 0.9, eta_c 0.8) -- still a guess for other GPUs.
+    """
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int = 1
+    eta_bw: float = 0.9
+    eta_c: float = 0.8
+    step_overhead_s: float = 2e-3
+    page_overhead_s: float = 2e-9
+    pcie_block_overhead_s: float = 1e-5
+
+    @property
+    def name(self) -> str:
+        return f"roofline (uncalibrated; {self.gpu.key}, tp={self.tp})"
+
+    def step_time(self, batch: StepBatch) -> float:
+        m, tp = self.model, self.tp
+        tokens = batch.num_tokens
+        if tokens == 0 and batch.swap_in_blocks == 0 and batch.swap_out_blocks == 0:
+            return self.step_overhead_s
+        kv_tok = m.kv_bytes_per_token(tp)
+        read_tokens = batch.decode_context_tokens + batch.prefill_context_tokens
+        nbytes = m.weight_bytes / tp + kv_tok * (read_tokens + tokens)
+        attn_flops = 4.0 * m.head_dim * m.heads / tp * m.layers * (
+            batch.prefill_attn_pairs + batch.decode_context_tokens)
+        flops = 2.0 * m.params_b * 1e9 / tp * tokens + attn_flops
+        t = max(nbytes / (self.eta_bw * self.gpu.bandwidth_bps), flops / (self.eta_c * self.gpu.flops))
+        t += self.page_overhead_s * batch.pages_touched * m.layers
+        t += allreduce_time(m, self.gpu, tp, tokens)
+        t += swap_time(batch, self.gpu, self.pcie_block_overhead_s)
+        return t + self.step_overhead_s
+
+
+def swap_time(batch: StepBatch, gpu: GpuSpec, per_block_s: float) -> float:
+    """Swap transfer over PCIe: per-block overhead + bytes / bandwidth, both directions."""
+    blocks = batch.swap_in_blocks + batch.swap_out_blocks
+    if blocks == 0:
+        return 0.0
+    return blocks * per_block_s + blocks * batch.block_bytes / (gpu.pcie_gbps * 1e9)
+
+
+CostFactory = Callable[[str, ModelSpec, GpuSpec, int, Path | None], StepCostModel]
+
+
+def build_cost_model(
+    spec: str, model: ModelSpec, gpu: GpuSpec, tp: int = 1, calibration: Path | None = None
+) -> StepCostModel:
+    """``constant:SECONDS`` | ``roofline`` | ``calibrated`` (needs calibration data)."""
+    kind, _, arg = spec.partition(":")
+    if kind == "constant":
+        try:
+            seconds = float(arg)
+        except ValueError:
+            raise ConfigError(f"--cost-model {spec!r}: expected constant:SECONDS, e.g. constant:0.01") from None
+        if not seconds > 0:
+            raise ConfigError(f"--cost-model {spec!r}: SECONDS must be > 0")
+        return ConstantCost(seconds)
+    if kind == "roofline":
+        return RooflineCost(model, gpu, tp)
+    if kind == "calibrated":
+        try:
+            from sim.cost_calibrated import load_calibrated_cost
+        except ImportError:
+            raise ConfigError("--cost-model calibrated: calibration support is not installed") from None
+        return load_calibrated_cost(model, gpu, tp, calibration)
+    raise ConfigError(f"--cost-model {spec!r}: expected constant:SECONDS, roofline or calibrated")

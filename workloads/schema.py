@@ -1,0 +1,129 @@
+"""The normalized trace schema: the public interchange format of kvsim.
+
+A trace is a table with one row per request. Column names are the public schema; other tools
+write it as JSONL, CSV or Parquet.
+
+=================  =========  ========  ==================================================
+column             type       required  meaning
+=================  =========  ========  ==================================================
+arrival_s          float64    yes       arrival time in seconds from the trace start
+prompt_tokens      int64      yes       prompt length (>= 1)
+output_tokens      int64      yes       tokens to generate (>= 1)
+request_id         string     no        defaults to the row index
+hash_ids           list[int]  no        Mooncake-style prefix block hashes
+tokens_per_hash    int64      no        tokens covered by one hash id (Mooncake: 512)
+prompt_token_ids   list[int]  no        explicit prompt token ids (len == prompt_tokens)
+priority           int64      no        lower value = scheduled first (vLLM priority policy)
+n                  int64      no        parallel samples (default 1)
+beam_width         int64      no        beam search width (default 1 = no beam search)
+=================  =========  ========  ==================================================
+
+In memory a trace is a :class:`Trace`: a pandas DataFrame with these columns (optional ones
+may be absent) sorted by ``arrival_s``, plus provenance. ``source_line`` (1-based line of the
+row in its file) is kept when known so errors can name it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import TraceError
+
+REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
+OPTIONAL_INT = ("tokens_per_hash", "priority", "n", "beam_width")
+OPTIONAL_LIST = ("hash_ids", "prompt_token_ids")
+COLUMNS = (*REQUIRED, "request_id", *OPTIONAL_LIST, *OPTIONAL_INT)
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A loaded, validated trace."""
+
+    df: pd.DataFrame
+    path: str
+    format: str
+    num_bad_rows: int = 0
+    bad_rows: tuple[str, ...] = field(default=())  # one message per skipped row (--skip-bad)
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.df)
+
+    @property
+    def content_hash(self) -> str:
+        """Hash of the normalized content (used as the sweep cache key)."""
+        return content_hash(self.df)
+
+
+def content_hash(df: pd.DataFrame) -> str:
+    h = hashlib.sha256()
+    for col in (c for c in COLUMNS if c in df.columns):
+        h.update(col.encode())
+        s = df[col]
+        if s.dtype == object:
+            h.update(repr(s.tolist()).encode())
+        else:
+            h.update(np.ascontiguousarray(s.to_numpy()).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _line_of(df: pd.DataFrame, i: int) -> int | None:
+    if "source_line" in df.columns:
+        return int(df["source_line"].iloc[i])
+    return None
+
+
+def validate(df: pd.DataFrame, path: str) -> pd.DataFrame:
+    """Check types and ranges; return the frame sorted by arrival with defaults filled.
+
+    Raises TraceError naming the file, line and field of the first bad value.
+    """
+    for col in REQUIRED:
+        if col not in df.columns:
+            raise TraceError(path, None, col, "missing required column")
+    df = df.reset_index(drop=True)
+    for col in ("arrival_s", *REQUIRED[1:], *[c for c in OPTIONAL_INT if c in df.columns]):
+        num = pd.to_numeric(df[col], errors="coerce")
+        bad = num.isna() | ~np.isfinite(num.astype("float64"))
+        if col != "arrival_s":
+            bad |= num.fillna(0) != np.floor(num.fillna(0))
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise TraceError(path, _line_of(df, i), col, f"not a {'number' if col == 'arrival_s' else 'whole number'}: {df[col].iloc[i]!r}")
+        df[col] = num.astype("float64" if col == "arrival_s" else "int64")
+    checks = [
+        ("arrival_s", df["arrival_s"] < 0, "must be >= 0"),
+        ("prompt_tokens", df["prompt_tokens"] < 1, "must be >= 1"),
+        ("output_tokens", df["output_tokens"] < 1, "must be >= 1"),
+    ]
+    for col in ("n", "beam_width", "tokens_per_hash"):
+        if col in df.columns:
+            checks.append((col, df[col] < 1, "must be >= 1"))
+    for col, mask, msg in checks:
+        if mask.any():
+            i = int(np.flatnonzero(mask.to_numpy())[0])
+            raise TraceError(path, _line_of(df, i), col, f"{msg}, got {df[col].iloc[i]!r}")
+    if "hash_ids" in df.columns and "tokens_per_hash" not in df.columns:
+        df["tokens_per_hash"] = np.int64(512)
+    if "prompt_token_ids" in df.columns:
+        lens = df["prompt_token_ids"].map(lambda v: len(v) if isinstance(v, (list, tuple, np.ndarray)) else -1)
+        bad = lens.to_numpy() != df["prompt_tokens"].to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise TraceError(path, _line_of(df, i), "prompt_token_ids", f"length {lens.iloc[i]} != prompt_tokens {df['prompt_tokens'].iloc[i]}")
+    if "request_id" not in df.columns:
+        df["request_id"] = [str(i) for i in range(len(df))]
+    else:
+        df["request_id"] = df["request_id"].astype(str)
+        dup = df["request_id"].duplicated()
+        if dup.any():
+            i = int(np.flatnonzero(dup.to_numpy())[0])
+            raise TraceError(path, _line_of(df, i), "request_id", f"duplicate id {df['request_id'].iloc[i]!r}")
+    order = np.argsort(df["arrival_s"].to_numpy(), kind="stable")
+    if not np.all(order == np.arange(len(df))):
+        df = df.iloc[order].reset_index(drop=True)
+    return df
