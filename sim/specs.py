@@ -69,7 +69,11 @@ class GpuSpec:
 
     @property
     def memory_bytes(self) -> int:
-        return int(self.memory_gb * 1e9)
+        """Memory torch reports as total: datasheet GiB less ~1% the driver keeps.
+
+        (An H100 80GB reports 79.19 GiB, an A100-40GB 39.39 GiB.)
+        """
+        return int(self.memory_gb * 2**30 * 0.99)
 
     @property
     def bandwidth_bps(self) -> float:

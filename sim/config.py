@@ -1,0 +1,128 @@
+"""Simulation config: one pydantic model, validated once at the boundary (CLI, YAML, sweep).
+
+Knob names follow vLLM's engine args so users can paste theirs. Presets (``vllm-0.33``,
+``vllm-v1-legacy``, ``paper-v0``) only set defaults; every switch is settable on its own
+(vllm-v1-semantics.md section 0).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sim.errors import ConfigError
+
+Preset = Literal["vllm-0.33", "vllm-v1-legacy", "paper-v0"]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "vllm-0.33": dict(null_block=True, free_order="front-tail", enable_prefix_caching=True,
+                      reserve_full_isl=True, watermark=0.0, chunked_prefill=True,
+                      sharing="prefix-cache", gpu_memory_utilization=0.92),
+    "vllm-v1-legacy": dict(null_block=True, free_order="tail", enable_prefix_caching=True,
+                           reserve_full_isl=False, watermark=0.0, chunked_prefill=True,
+                           sharing="prefix-cache", gpu_memory_utilization=0.90),
+    "paper-v0": dict(null_block=False, free_order="stack", enable_prefix_caching=False,
+                     reserve_full_isl=False, watermark=0.01, chunked_prefill=False,
+                     sharing="fork-cow", gpu_memory_utilization=0.90),
+}
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str, flag: str = "--kv-memory") -> int:
+    """``50GB`` -> 50e9, ``12GiB`` -> 12 x 2^30. Units are required (GB vs GiB matters)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b)\s*", text.lower())
+    if not m:
+        raise ConfigError(f"{flag} {text!r}: expected a size with units, e.g. 50GB or 12GiB")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+class SimConfig(BaseModel):
+    """Everything that defines one simulation run (hashable, so sweeps can key on it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+    # hardware and model
+    model: str = "llama-3.1-8b"
+    gpu: str = "h100"
+    tensor_parallel_size: int = Field(1, ge=1, le=64)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    num_gpu_blocks: int | None = Field(None, ge=2)  # vLLM num_gpu_blocks_override (incl. null block)
+    kv_memory: str | None = None                    # e.g. "50GB", "12GiB": bypasses profiling
+    activation_memory: str | None = None            # override the peak-activation estimate
+    non_torch_memory: str = "0.5GiB"                # NCCL/cuBLAS/CUDA-graph overhead
+    # engine knobs (vLLM names)
+    block_size: int = Field(16, ge=1, le=1024)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(None, ge=1)
+    enable_prefix_caching: bool | None = None
+    policy: Literal["fcfs", "priority"] = "fcfs"
+    long_prefill_token_threshold: int = Field(0, ge=0)
+    # fidelity switches (None = preset default)
+    preset: Preset = "vllm-0.33"
+    null_block: bool | None = None
+    free_order: Literal["front-tail", "tail", "stack"] | None = None
+    reserve_full_isl: bool | None = None
+    watermark: float | None = Field(None, ge=0, lt=1)
+    chunked_prefill: bool | None = None
+    sharing: Literal["prefix-cache", "fork-cow"] | None = None
+    # allocator
+    allocator: Literal["paged", "slab"] = "paged"
+    reservation: Literal["max", "pow2", "oracle"] = "max"
+    slab_placement: Literal["buddy", "first-fit"] = "buddy"
+    # preemption
+    preemption: Literal["recompute", "swap"] = "recompute"
+    swap_space: float = Field(4.0, ge=0)            # GiB of CPU swap per GPU
+    # cost and run
+    cost_model: str = "roofline"
+    calibration: str | None = None
+    seed: int = 0
+    exact_steps: bool = False
+
+    @field_validator("kv_memory", "activation_memory", "non_torch_memory")
+    @classmethod
+    def _sizes(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_bytes(v)
+        return v
+
+    def resolved(self, key: str) -> Any:
+        """A switch's value, falling back to the preset default."""
+        v = getattr(self, key)
+        return PRESETS[self.preset][key] if v is None else v
+
+
+def _fmt_validation(e: ValidationError, where: str) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"]) or "?"
+    return f"{where}: '{loc}': {err['msg']}"
+
+
+def make_config(where: str = "config", **kw: Any) -> SimConfig:
+    try:
+        return SimConfig(**kw)
+    except ValidationError as e:
+        raise ConfigError(_fmt_validation(e, where)) from None
+
+
+def load_config_yaml(path: Path) -> dict[str, Any]:
+    """Read a ``--config FILE.yaml`` (safe_load) and return its keys (dashes -> underscores)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot read YAML ({str(e).splitlines()[0]})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of simulate options")
+    out = {str(k).replace("-", "_"): v for k, v in data.items()}
+    unknown = set(out) - set(SimConfig.model_fields)
+    if unknown:
+        raise ConfigError(f"{path}: unknown key '{sorted(unknown)[0]}' (valid: {', '.join(SimConfig.model_fields)})")
+    return out

@@ -1,0 +1,61 @@
+"""Live request state (mutable, slotted) and its lifecycle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class Status(IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    SWAPPED = 3
+    FINISHED = 4
+    REJECTED = 5
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One sequence in the engine. ``num_tokens = prompt + generated``.
+
+    Block-hash content: full blocks that lie inside the prompt take their content key from
+    ``content`` (token ids, Mooncake hash ids, or a shared prompt id for fanned-out samples);
+    every other block is unique to the request.
+    """
+
+    uid: int                       # dense index, 0..N-1 (row in the output)
+    request_id: str
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int             # target output length
+    priority: int = 0
+    content: object = None         # None | ("ids", tuple) | ("hash", tuple, tokens_per_hash) | ("shared", key)
+    parent: int = -1               # uid of the parent request for fanned-out samples
+    status: Status = Status.WAITING
+    num_computed_tokens: int = 0
+    num_output: int = 0
+    blocks: list[int] = field(default_factory=list)
+    hashes: list[int] = field(default_factory=list)   # block hash keys computed so far
+    num_registered: int = 0        # leading blocks whose hash is registered in the cache
+    # records
+    first_scheduled_s: float = -1.0
+    first_scheduled_step: int = -1
+    first_token_s: float = -1.0
+    finish_s: float = -1.0
+    finish_step: int = -1
+    num_preemptions: int = 0
+    prefix_hit_tokens: int = -1    # hit at first admission
+    reject_reason: str = ""
+    # slab allocator
+    chunk_start: int = -1
+    chunk_size: int = 0
+    requested_slots: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_tokens + self.num_output
+
+    @property
+    def final_tokens(self) -> int:
+        return self.prompt_tokens + self.output_tokens

@@ -1,0 +1,37 @@
+"""Scheduling policies as plain functions (Ciw style): victim choice and queue ordering."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from sim.request import Request
+
+VictimPolicy = Callable[[Sequence[Request]], int]
+"""Given the running list, return the index of the request to preempt."""
+
+
+def victim_last(running: Sequence[Request]) -> int:
+    """vLLM FCFS: the most recently admitted/resumed request (end of the running list)."""
+    return len(running) - 1
+
+
+def victim_lowest_priority(running: Sequence[Request]) -> int:
+    """vLLM PRIORITY: max (priority, arrival); larger priority value = less important."""
+    best = 0
+    for i, r in enumerate(running):
+        b = running[best]
+        if (r.priority, r.arrival_s) > (b.priority, b.arrival_s):
+            best = i
+    return best
+
+
+def victim_fewest_tokens(running: Sequence[Request]) -> int:
+    """Alternative: preempt the request with the least computed KV (cheapest to recompute)."""
+    return min(range(len(running)), key=lambda i: (running[i].num_computed_tokens, -i))
+
+
+VICTIMS: dict[str, VictimPolicy] = {
+    "last": victim_last,
+    "priority": victim_lowest_priority,
+    "fewest-tokens": victim_fewest_tokens,
+}

@@ -1,0 +1,274 @@
+"""The vLLM V1 scheduler (vllm-v1-semantics.md s5-6), over any allocator.
+
+One call to :meth:`Scheduler.schedule` builds one engine step; :meth:`Scheduler.update`
+applies its outcome. Policies (victim choice, ordering) are passed in; the allocator is
+mechanism (``allocate_slots`` returns False when blocks are not there).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.kv.paged import PagedAllocator, cdiv
+from sim.kv.slab import SlabAllocator
+from sim.request import Request, Status
+from sim.sched.policies import VictimPolicy, victim_last
+
+
+@dataclass(slots=True)
+class StepPlan:
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)
+    num_preempted: int = 0
+    swap_out_blocks: int = 0
+    swap_in_blocks: int = 0
+
+
+@dataclass(slots=True)
+class PrefixStats:
+    queries: int = 0
+    hits: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+
+
+class Scheduler:
+    """vLLM V1: running first, then waiting; recompute (default) or swap preemption."""
+
+    def __init__(
+        self,
+        kv: PagedAllocator | SlabAllocator,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        policy: str = "fcfs",
+        choose_victim: VictimPolicy = victim_last,
+        reserve_full_isl: bool = True,
+        chunked_prefill: bool = True,
+        long_prefill_token_threshold: int = 0,
+        preemption: str = "recompute",
+        cpu_swap_blocks: int = 0,
+    ) -> None:
+        self.kv = kv
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.priority = policy == "priority"
+        self.choose_victim = choose_victim
+        self.reserve_full_isl = reserve_full_isl
+        self.chunked_prefill = chunked_prefill
+        self.threshold = long_prefill_token_threshold
+        self.swap = preemption == "swap" and isinstance(kv, PagedAllocator)
+        self.cpu_swap_blocks = cpu_swap_blocks
+        self.cpu_used_blocks = 0
+        self.waiting: deque[Request] = deque()
+        self._heap: list[tuple[int, float, int, Request]] = []
+        self.running: list[Request] = []
+        self.swapped: deque[Request] = deque()
+        self.stats = PrefixStats()
+        self.num_preemptions = 0
+        self.swap_fallbacks = 0
+
+    # ---- queues ---------------------------------------------------------------------------
+    @property
+    def num_waiting(self) -> int:
+        return len(self._heap) + len(self.waiting) + len(self.swapped)
+
+    def add(self, req: Request) -> None:
+        if self.priority:
+            heapq.heappush(self._heap, (req.priority, req.arrival_s, req.uid, req))
+        else:
+            self.waiting.append(req)
+
+    def _peek(self) -> Request | None:
+        if self.priority:
+            return self._heap[0][3] if self._heap else None
+        return self.waiting[0] if self.waiting else None
+
+    def _pop(self) -> None:
+        if self.priority:
+            heapq.heappop(self._heap)
+        else:
+            self.waiting.popleft()
+
+    def _prepend(self, req: Request) -> None:
+        if self.priority:
+            self.add(req)
+        else:
+            self.waiting.appendleft(req)
+
+    # ---- one step ---------------------------------------------------------------------------
+    def schedule(self, now: float, step: int) -> StepPlan:
+        if not self.chunked_prefill:
+            return self._schedule_prefill_first(now, step)
+        plan = StepPlan()
+        budget = self.max_num_batched_tokens
+        running, kv = self.running, self.kv
+        scheduled = plan.scheduled
+        thr = self.threshold
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            n = r.num_tokens - r.num_computed_tokens
+            if 0 < thr < n and (len(running) + self.num_waiting) > 1:
+                n = thr
+            n = min(n, budget)
+            if n <= 0:
+                i += 1
+                continue
+            ok = True
+            while not kv.allocate_slots(r, n):
+                v = self.choose_victim(running)
+                victim = running.pop(v)
+                if v < i:
+                    i -= 1
+                    for k, (q, m) in enumerate(scheduled):
+                        if q is victim:
+                            budget += m
+                            del scheduled[k]
+                            break
+                self._preempt(victim, plan)
+                if victim is r:
+                    ok = False
+                    break
+            if not ok:
+                if self.priority:
+                    continue
+                break
+            scheduled.append((r, n))
+            budget -= n
+            i += 1
+        if plan.num_preempted == 0:
+            if self.swapped:
+                budget = self._swap_in(plan, budget)
+            if not self.swapped:
+                self._admit(plan, budget, now, step)
+        return plan
+
+    def _admit(self, plan: StepPlan, budget: int, now: float, step: int) -> None:
+        kv, running = self.kv, self.running
+        while budget > 0 and len(running) < self.max_num_seqs:
+            r = self._peek()
+            if r is None:
+                break
+            hits = kv.get_computed_blocks(r) if r.num_computed_tokens == 0 else []
+            hit_tokens = len(hits) * kv.block_size
+            n = r.num_tokens - hit_tokens
+            if 0 < self.threshold < n and (len(running) + self.num_waiting) > 1:
+                n = self.threshold
+            if not self.chunked_prefill and n > budget:
+                break
+            n = min(n, budget)
+            if not kv.allocate_slots(r, n, hits, full_sequence_must_fit=self.reserve_full_isl,
+                                     apply_watermark=bool(running)):
+                break  # head-of-line blocking
+            self._pop()
+            resumed = r.status == Status.PREEMPTED
+            r.status = Status.RUNNING
+            r.num_computed_tokens = hit_tokens
+            if resumed:
+                self.stats.preempted_queries += r.num_tokens
+                self.stats.preempted_hits += hit_tokens
+            else:
+                self.stats.queries += r.num_tokens
+                self.stats.hits += hit_tokens
+                r.prefix_hit_tokens = hit_tokens
+            if r.first_scheduled_step < 0:
+                r.first_scheduled_s, r.first_scheduled_step = now, step
+            running.append(r)
+            plan.scheduled.append((r, n))
+            budget -= n
+
+    def _schedule_prefill_first(self, now: float, step: int) -> StepPlan:
+        """Non-chunked (paper-v0 style): a step that admits prompts runs prompts only."""
+        plan = StepPlan()
+        if not self.swapped and self._peek() is not None and len(self.running) < self.max_num_seqs:
+            self._admit(plan, self.max_num_batched_tokens, now, step)
+            if plan.scheduled:
+                return plan
+        running, kv = self.running, self.kv
+        i = 0
+        while i < len(running):
+            r = running[i]
+            n = r.num_tokens - r.num_computed_tokens
+            ok = True
+            while not kv.allocate_slots(r, n):
+                victim = running.pop(self.choose_victim(running))
+                self._preempt(victim, plan)
+                if victim is r:
+                    ok = False
+                    break
+            if not ok:
+                continue
+            plan.scheduled.append((r, n))
+            i += 1
+        if plan.num_preempted == 0 and self.swapped:
+            self._swap_in(plan, self.max_num_batched_tokens - len(plan.scheduled))
+        return plan
+
+    # ---- preemption ---------------------------------------------------------------------------
+    def _preempt(self, victim: Request, plan: StepPlan) -> None:
+        kv = self.kv
+        nblocks = len(victim.blocks)
+        victim.num_preemptions += 1
+        self.num_preemptions += 1
+        plan.num_preempted += 1
+        if self.swap:
+            if self.cpu_used_blocks + nblocks <= self.cpu_swap_blocks:
+                kv.free(victim)
+                self.cpu_used_blocks += nblocks
+                plan.swap_out_blocks += nblocks
+                victim.status = Status.SWAPPED
+                self.swapped.append(victim)
+                return
+            self.swap_fallbacks += 1  # CPU swap space full: recompute instead (counted)
+        kv.free(victim)
+        victim.status = Status.PREEMPTED
+        victim.num_computed_tokens = 0
+        self._prepend(victim)
+
+    def _swap_in(self, plan: StepPlan, budget: int) -> int:
+        kv = self.kv
+        assert isinstance(kv, PagedAllocator)
+        while self.swapped and budget > 0 and len(self.running) < self.max_num_seqs:
+            r = self.swapped[0]
+            need = cdiv(r.num_computed_tokens, kv.block_size)
+            n = r.num_tokens - r.num_computed_tokens
+            extra = cdiv(r.num_computed_tokens + n, kv.block_size) - need
+            if need + extra + kv.watermark_blocks > kv.num_free_blocks:
+                break
+            self.swapped.popleft()
+            r.blocks = kv.get_new_blocks(need)
+            self.cpu_used_blocks -= need
+            plan.swap_in_blocks += need
+            r.status = Status.RUNNING
+            kv.allocate_slots(r, n)
+            self.running.append(r)
+            plan.scheduled.append((r, n))
+            budget -= n
+        return budget
+
+    # ---- outcome ------------------------------------------------------------------------------
+    def update(self, plan: StepPlan, end: float, step: int) -> list[Request]:
+        """Advance computed tokens, sample tokens, finish and free. Returns finished requests."""
+        finished = []
+        for r, n in plan.scheduled:
+            r.num_computed_tokens += n
+            if r.num_computed_tokens == r.num_tokens:
+                r.num_output += 1
+                if r.first_token_s < 0:
+                    r.first_token_s = end
+                if r.num_output >= r.output_tokens:
+                    finished.append(r)
+        if finished:
+            done = set(map(id, finished))
+            self.running = [r for r in self.running if id(r) not in done]
+            for r in finished:
+                self.kv.free(r)
+                r.status = Status.FINISHED
+                r.finish_s, r.finish_step = end, step
+        return finished
+
+    def state(self) -> dict[str, Any]:
+        return {"running": len(self.running), "waiting": self.num_waiting}
