@@ -101,7 +101,9 @@ class SimConfig(BaseModel):
 def _fmt_validation(e: ValidationError, where: str) -> str:
     err = e.errors()[0]
     loc = ".".join(str(x) for x in err["loc"]) or "?"
-    return f"{where}: '{loc}': {err['msg']}"
+    if where == "flags":
+        return f"--{loc.replace('_', '-')} {err.get('input')!r}: {err['msg']}"
+    return f"{where}: '{loc}' = {err.get('input')!r}: {err['msg']}"
 
 
 def make_config(where: str = "config", **kw: Any) -> SimConfig:

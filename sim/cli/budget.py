@@ -1,0 +1,58 @@
+"""`kvsim budget`: how many KV blocks fit, with vLLM's capacity log lines."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sim.budget import compute_budget
+from sim.cli import options as o
+from sim.kv.paged import cdiv
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def budget(
+        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+        request_tokens: Annotated[int | None, typer.Option("--request-tokens", help="Also show the blocks one request of this length holds.")] = None,
+        config: o.ConfigFile = None, model: o.Model = None, gpu: o.Gpu = None,
+        tensor_parallel_size: o.TP = None, gpu_memory_utilization: o.GMU = None, block_size: o.BS = None,
+        max_num_seqs: o.MNS = None, max_num_batched_tokens: o.MNBT = None, max_model_len: o.MML = None,
+        num_gpu_blocks: o.NGB = None, kv_memory: o.KVM = None, preset: o.Preset = None,
+    ) -> None:
+        """KV bytes per token and per block, the number of blocks, and vLLM's log lines."""
+        flags = {k: v for k, v in locals().items() if k not in ("as_json", "request_tokens", "config")}
+        cfg = o.build_config(config, **flags)
+        b = compute_budget(cfg)
+        d = b.as_dict()
+        if request_tokens:
+            nb = cdiv(request_tokens, b.block_size)
+            d["request"] = {"tokens": request_tokens, "blocks": nb, "unused_slots": nb * b.block_size - request_tokens}
+        if as_json:
+            typer.echo(json.dumps(d))
+            return
+        t = Table(title=f"KV budget: {b.model} on {b.tensor_parallel_size}x {b.gpu}")
+        t.add_column("quantity")
+        t.add_column("value", justify="right")
+        gib = 2**30
+        for k, v in [
+            ("bytes per token (per GPU)", f"{b.bytes_per_token:,} B"),
+            (f"bytes per block ({b.block_size} tokens)", f"{b.bytes_per_block:,} B ({b.bytes_per_block / 2**20:g} MiB)"),
+            ("requested (memory x utilization)", f"{b.requested_bytes / gib:.2f} GiB"),
+            ("weights / activations / non-torch", f"{b.weight_bytes / gib:.2f} / {b.activation_bytes / gib:.2f} / {b.non_torch_bytes / gib:.2f} GiB"),
+            ("KV memory", f"{b.available_kv_bytes / gib:.2f} GiB ({b.source})"),
+            ("num_gpu_blocks (incl. null block)" if b.null_block else "num_gpu_blocks", f"{b.num_gpu_blocks:,}"),
+            ("token slots", f"{b.usable_blocks * b.block_size:,}"),
+            ("max_num_seqs / max_num_batched_tokens", f"{b.max_num_seqs} / {b.max_num_batched_tokens}"),
+        ]:
+            t.add_row(k, v)
+        if request_tokens:
+            r = d["request"]
+            t.add_row(f"one {request_tokens:,}-token request", f"{r['blocks']} blocks, {r['unused_slots']} slots unused")
+        Console().print(t)
+        for line in b.log_lines():
+            typer.echo(line)
