@@ -61,7 +61,10 @@ class StepBatch:
 class StepCostModel(Protocol):
     """Maps one engine step to its duration in seconds."""
 
-    name: str  #: shown in every output, e.g. "constant:0.01", "roofline (uncalibrated)"
+    @property
+    def name(self) -> str:
+        """Shown in every output, e.g. "constant:0.01", "roofline (uncalibrated; h100, tp=1)"."""
+        ...
 
     def step_time(self, batch: StepBatch) -> float: ...
 

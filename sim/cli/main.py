@@ -47,14 +47,14 @@ def main() -> None:
         sys.exit(2)
     except typer.Abort:
         sys.exit(130)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Exit):
-            sys.exit(e.exit_code)
+    except Exception as e:  # click usage errors (typer may vendor its own click)
+        show = getattr(e, "show", None)
+        code = getattr(e, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            sys.exit(code)
+        if type(e).__name__ == "Exit" and isinstance(code, int):
+            sys.exit(code)
         raise
 
 
