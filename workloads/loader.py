@@ -1,114 +1,105 @@
-"""Format detection and dispatch to the per-format readers."""
+"""Format detection and dispatch to the per-format readers in ``workloads.readers``.
+
+Detection looks at content, not the file name: Parquet and xz magic bytes, then the first
+line (a CSV header or a JSON object). ``--format`` overrides it.
+"""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from sim.errors import TraceError
+from workloads.readers import azure, burstgpt, lengths, mooncake, normalized, vidur
+from workloads.readers.base import ReadContext, Reader, ReadOptions
+from workloads.rows import BadRows
 from workloads.schema import Trace, validate
 
-FORMATS = ("normalized", "azure", "mooncake")
+# Order matters: the first reader whose sniff() accepts the header wins.
+READERS: dict[str, Reader] = {r.name: r for r in (
+    azure.READER, burstgpt.READER, mooncake.READER, vidur.READER, lengths.READER,
+    normalized.READER)}
+XZ_MAGIC = b"\xfd7zXZ\x00"
+FORMATS = (*READERS, "servegen")
 
 
-def _head_line(path: Path) -> str:
-    with path.open("r", errors="replace") as f:
-        return f.readline().strip()
+def _head(path: Path) -> tuple[bytes, str]:
+    with path.open("rb") as f:
+        raw = f.read(65536)
+    line = raw.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff").strip()
+    return raw[:8], line
 
 
-def detect_format(path: Path) -> str:
-    """Guess the format from the file's first line (or Parquet schema)."""
-    if path.suffix == ".parquet":
-        return "normalized"
-    head = _head_line(path)
-    if head.startswith("{"):
-        try:
-            obj = json.loads(head)
-        except json.JSONDecodeError:
-            raise TraceError(str(path), 1, None, "line 1 looks like JSON but does not parse") from None
-        if "hash_ids" in obj and "input_length" in obj:
-            return "mooncake"
-        return "normalized"
-    cols = [c.strip() for c in head.split(",")]
-    if cols[:3] == ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
-        return "azure"
-    if "arrival_s" in cols:
-        return "normalized"
-    raise TraceError(str(path), 1, None, f"unrecognised trace format (header {head[:80]!r}); pass --format")
-
-
-def _read_azure(path: Path) -> pd.DataFrame:
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    df["source_line"] = range(2, len(df) + 2)
-    ts = df["TIMESTAMP"].str.slice(0, 26)  # 7 fractional digits -> 6
-    t = pd.to_datetime(ts, format="%Y-%m-%d %H:%M:%S.%f", errors="coerce")
-    if t.isna().any():
-        i = int(t.isna().to_numpy().nonzero()[0][0])
-        raise TraceError(str(path), i + 2, "TIMESTAMP", f"bad timestamp {df['TIMESTAMP'].iloc[i]!r}")
-    out = pd.DataFrame({
-        "arrival_s": (t - t.iloc[0]).dt.total_seconds() if len(t) else [],
-        "prompt_tokens": df["ContextTokens"],
-        "output_tokens": df["GeneratedTokens"],
-        "source_line": df["source_line"],
-    })
-    return out
-
-
-def _read_jsonl(path: Path) -> list[dict[str, object]]:
-    rows = []
-    with path.open() as f:
-        for ln, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TraceError(str(path), ln, None, f"invalid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise TraceError(str(path), ln, None, "expected a JSON object")
-            obj["source_line"] = ln
-            rows.append(obj)
-    return rows
-
-
-def _read_mooncake(path: Path) -> pd.DataFrame:
-    rows = _read_jsonl(path)
-    for r in rows:
-        for k in ("timestamp", "input_length", "output_length", "hash_ids"):
-            if k not in r:
-                raise TraceError(str(path), int(r["source_line"]), k, "missing")  # type: ignore[call-overload]
-    df = pd.DataFrame(rows)
-    return pd.DataFrame({
-        "arrival_s": pd.to_numeric(df["timestamp"], errors="coerce") / 1000.0,
-        "prompt_tokens": df["input_length"],
-        "output_tokens": df["output_length"],
-        "hash_ids": df["hash_ids"],
-        "tokens_per_hash": 512,
-        "source_line": df["source_line"],
-    })
-
-
-def _read_normalized(path: Path) -> pd.DataFrame:
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    if _head_line(path).startswith("{"):
-        return pd.DataFrame(_read_jsonl(path))
-    df = pd.read_csv(path)
-    df["source_line"] = range(2, len(df) + 2)
-    return df
-
-
-def load_trace(path: str | Path, fmt: str | None = None, skip_bad: bool = False) -> Trace:
-    """Read a trace file in any supported format into a validated :class:`Trace`."""
+def detect_format(path: str | Path) -> str:
+    """Name of the format of ``path``, from its content. Raises TraceError when unknown."""
     p = Path(path)
-    if not p.exists():
+    _exists(p)
+    magic, head = _head(p)
+    if magic.startswith(normalized.PARQUET_MAGIC):
+        return "normalized"
+    if magic.startswith(XZ_MAGIC):
+        return "servegen"
+    for r in READERS.values():
+        if r.sniff(head):
+            return r.name
+    if head.startswith("{"):
+        raise TraceError(str(p), 1, None, "a JSON object of no known trace format; pass --format")
+    raise TraceError(str(p), 1, None, f"unrecognised trace format (header {head[:80]!r}); pass --format")
+
+
+def _exists(p: Path) -> None:
+    if not p.is_file():
         raise TraceError(str(p), None, None, "no such file")
+
+
+def _reader(p: Path, fmt: str | None) -> Reader:
     fmt = fmt or detect_format(p)
-    readers = {"azure": _read_azure, "mooncake": _read_mooncake, "normalized": _read_normalized}
-    if fmt not in readers:
-        raise TraceError(str(p), None, None, f"unknown --format {fmt!r} (one of {', '.join(readers)})")
-    df = readers[fmt](p)
+    if fmt not in READERS:
+        raise TraceError(str(p), None, None, f"unknown --format {fmt!r} (one of {', '.join(FORMATS)})")
+    return READERS[fmt]
+
+
+def read_chunks(path: str | Path, fmt: str | None = None, skip_bad: bool = False,
+                opts: ReadOptions | None = None) -> tuple[Reader, ReadContext, Iterator[pd.DataFrame]]:
+    """Stream a file as normalized chunks (no sorting, no rebasing): for ``convert``.
+
+    Returns the reader (its ``rebase`` flag says whether arrivals are absolute), the context
+    (bad rows and notes fill in while iterating) and the chunk iterator.
+    """
+    p = Path(path)
+    _exists(p)
+    reader = _reader(p, fmt)
+    ctx = ReadContext(p, BadRows(str(p), skip_bad), opts or ReadOptions())
+    return reader, ctx, reader.read(ctx)
+
+
+def load_trace(path: str | Path, fmt: str | None = None, skip_bad: bool = False,
+               opts: ReadOptions | None = None) -> Trace:
+    """Read a trace file in any supported format into a validated :class:`Trace`.
+
+    ``fmt`` overrides detection. With ``skip_bad`` bad rows are dropped and listed in
+    ``Trace.bad_rows``; otherwise the first one raises :class:`~sim.errors.TraceError`.
+    ServeGen archives are built into a trace with ``opts.servegen`` (see ``workloads.servegen``).
+    """
+    p = Path(path)
+    _exists(p)
+    if (fmt or detect_format(p)) == "servegen":
+        from workloads.servegen import load_servegen_trace
+        return load_servegen_trace(p, opts or ReadOptions())
+    reader, ctx, chunks = read_chunks(p, fmt, skip_bad, opts)
+    parts = [c for c in chunks if len(c)]
+    if not parts:
+        raise TraceError(str(p), None, None,
+                         "no valid requests" + (f" ({ctx.bad.count} bad rows)" if ctx.bad.count else ""))
+    df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    if reader.rebase:
+        df["arrival_s"] = df["arrival_s"] - float(np.min(df["arrival_s"].to_numpy()))
     df = validate(df, str(p))
-    return Trace(df=df, path=str(p), format=fmt)
+    notes = tuple(ctx.notes)
+    if ctx.bad.count:
+        notes += (f"skipped {ctx.bad.count} bad rows",)
+    return Trace(df=df, path=str(p), format=reader.name, num_bad_rows=ctx.bad.count,
+                 bad_rows=tuple(ctx.bad.messages), notes=notes)

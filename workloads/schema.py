@@ -48,6 +48,7 @@ class Trace:
     format: str
     num_bad_rows: int = 0
     bad_rows: tuple[str, ...] = field(default=())  # one message per skipped row (--skip-bad)
+    notes: tuple[str, ...] = field(default=())  # what the reader did (filters, dropped rows)
 
     @property
     def num_requests(self) -> int:
