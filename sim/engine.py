@@ -25,7 +25,7 @@ from sim.records import StepLog
 from sim.request import Request, Status
 from sim.sched.scheduler import Scheduler, StepPlan
 
-MIN_FF_STEPS = 2
+MIN_FF_STEPS = 1
 
 
 class Replica:
@@ -205,7 +205,7 @@ class Replica:
             left = r.output_tokens - r.num_output
             if left < min_left:
                 min_left = left
-        max_k = int(min_left) - 1          # steps with no finish
+        max_k = int(min_left)              # the last step may finish requests
         if max_k < MIN_FF_STEPS:
             return
         paged = isinstance(kv, PagedAllocator)
@@ -226,6 +226,7 @@ class Replica:
         step_cost, log, block_bytes = self.cost.step_time, self.log, self.block_bytes
         need_total = 0
         k = 0
+        applied = False
         slab_bd = None if paged else kv.breakdown(running)
         while k < max_k:
             s = k + 1
@@ -245,16 +246,28 @@ class Replica:
             pages += need
             ctx += R
             dt = step_cost(StepBatch(0, 0, 0.0, 0, R, ctx, pages, B, 0, 0, block_bytes))
-            if paged:
-                if kv.enable_caching:  # type: ignore[union-attr]
-                    # (c_r + s) % B == 0: this step's token fills r's last block -> register it
-                    for r in buckets[(s + 1) % B]:
-                        kv._register(r, r.num_computed_tokens + s)  # type: ignore[union-attr]
+            if paged and kv.enable_caching:  # type: ignore[union-attr]
+                # (c_r + s) % B == 0: this step's token fills r's last block -> register it
+                for r in buckets[(s + 1) % B]:
+                    kv._register(r, r.num_computed_tokens + s)  # type: ignore[union-attr]
+            if s == max_k:
+                # the last step finishes requests: materialise the window, then finish as update() does
+                for r in running:
+                    r.num_computed_tokens += s
+                    r.num_output += s
+                    r.num_tokens += s
+                applied = True
+                self._finish_bulk(t + dt)
+                bd = self._breakdown()
+                n_run = len(sched.running)
+            elif paged:
                 bd = self._paged_breakdown(ctx)
+                n_run = R
             else:
                 tok0, res0, internal, ext, fr = slab_bd  # type: ignore[misc]
                 bd = (tok0 + s * R, res0 - s * R, internal, ext, fr)
-            log.row(self.step, t, dt, R, sched.num_waiting, 0, R, 0,
+                n_run = R
+            log.row(self.step, t, dt, n_run, sched.num_waiting, 0, R, 0,
                     kv.free_queue.size if paged else 0, *bd, kv.shared_excess, 0, 0)
             t += dt
             self.busy_s += dt
@@ -262,9 +275,11 @@ class Replica:
             k = s
         if k == 0:
             return
-        for r in running:
-            r.num_computed_tokens += k
-            r.num_output += k
+        if not applied:
+            for r in running:
+                r.num_computed_tokens += k
+                r.num_output += k
+                r.num_tokens += k
         self.ff_steps += k
         delay = t - env.now
         while env.now + delay < t:
@@ -274,6 +289,19 @@ class Replica:
         yield env.timeout(delay)
         if self.check:
             kv.check(self._live())
+
+    def _finish_bulk(self, end: float) -> None:
+        """Finish the requests whose last token was sampled in the step ending at ``end``."""
+        sched = self.sched
+        finished = [r for r in sched.running if r.num_output >= r.output_tokens]
+        if not finished:
+            return
+        sched.running = [r for r in sched.running if r.num_output < r.output_tokens]
+        for r in finished:
+            self.kv.free(r)
+            r.status = Status.FINISHED
+            r.finish_s, r.finish_step = end, self.step
+        self.finished.extend(finished)
 
     def _admission_blocked(self, first_step_need: int) -> bool:
         """True if no waiting request can be admitted at any step of a decode-only window."""

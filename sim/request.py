@@ -32,6 +32,7 @@ class Request:
     priority: int = 0
     content: object = None         # None | ("ids", tuple) | ("hash", tuple, tokens_per_hash) | ("shared", key)
     parent: int = -1               # uid of the parent request for fanned-out samples
+    num_tokens: int = 0            # prompt + generated so far (kept in step with num_output)
     status: Status = Status.WAITING
     num_computed_tokens: int = 0
     num_output: int = 0
@@ -52,9 +53,8 @@ class Request:
     chunk_size: int = 0
     requested_slots: int = 0
 
-    @property
-    def num_tokens(self) -> int:
-        return self.prompt_tokens + self.num_output
+    def __post_init__(self) -> None:
+        self.num_tokens = self.prompt_tokens + self.num_output
 
     @property
     def final_tokens(self) -> int:

@@ -121,18 +121,33 @@ class PagedAllocator:
 
     def _register(self, req: Request, upto_tokens: int) -> None:
         full = upto_tokens // self.block_size
+        j0 = req.num_registered
+        if full <= j0:
+            return
         blocks, bh, cache = req.blocks, self.block_hash, self.cache
-        for j in range(req.num_registered, full):
+        # blocks past the shared prompt content are unique to the request: their key is
+        # arithmetic (no hashing, never a duplicate)
+        shared_upto = self.prompt_content_blocks(req)
+        unique_base = -(req.uid * UNIQUE_BASE + 1)
+        for j in range(j0, full):
             b = blocks[j]
             if bh[b] is None:
+                if j >= shared_upto:
+                    key = unique_base - j
+                    bh[b] = key
+                    cache[key] = b
+                    continue
                 key = self.block_key(req, j)
                 bh[b] = key
                 if key in cache:
                     self._dups.setdefault(key, []).append(b)
                 else:
                     cache[key] = b
-        if full > req.num_registered:
-            req.num_registered = full
+        req.num_registered = full
+
+    def prompt_content_blocks(self, req: Request) -> int:
+        """Leading blocks whose content comes from the request's prompt content (shareable)."""
+        return 0 if req.content is None else req.prompt_tokens // self.block_size
 
     def _evict(self, b: int, key: int) -> None:
         self.block_hash[b] = None
@@ -153,11 +168,16 @@ class PagedAllocator:
     # ---- allocation -----------------------------------------------------------------------------
     def get_new_blocks(self, n: int) -> list[int]:
         out = self.free_queue.pop_n(n) if self._stack else self.free_queue.popleft_n(n)
-        ref, bh = self.ref, self.block_hash
+        ref, bh, cache, dups = self.ref, self.block_hash, self.cache, self._dups
         for b in out:
             key = bh[b]
             if key is not None:
-                self._evict(b, key)
+                if not dups and cache.get(key) == b:  # common case, inlined
+                    bh[b] = None
+                    del cache[key]
+                    self.evictions += 1
+                else:
+                    self._evict(b, key)
             ref[b] = 1
         return out
 

@@ -107,10 +107,23 @@ class Scheduler:
         running, kv = self.running, self.kv
         scheduled = plan.scheduled
         thr = self.threshold
+        # Fast path: a decode whose token lands inside its last block needs no new block and
+        # cannot fail; only a block it fills must be registered in the prefix cache.
+        B = kv.block_size if isinstance(kv, PagedAllocator) else 0
+        register = kv._register if B and kv.enable_caching else None  # type: ignore[union-attr]
+        slab = B == 0
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            n = r.num_tokens - r.num_computed_tokens
+            c = r.num_computed_tokens
+            n = r.num_tokens - c
+            if n == 1 and (slab or c % B):
+                if register is not None and (c + 1) % B == 0:
+                    register(r, c + 1)
+                scheduled.append((r, 1))
+                budget -= 1
+                i += 1
+                continue
             if 0 < thr < n and (len(running) + self.num_waiting) > 1:
                 n = thr
             n = min(n, budget)
@@ -257,6 +270,7 @@ class Scheduler:
             r.num_computed_tokens += n
             if r.num_computed_tokens == r.num_tokens:
                 r.num_output += 1
+                r.num_tokens += 1
                 if r.first_token_s < 0:
                     r.first_token_s = end
                 if r.num_output >= r.output_tokens:

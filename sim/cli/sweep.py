@@ -1,0 +1,84 @@
+"""`kvsim sweep TRACE --set KEY=v1,v2 ... --out DIR`: a resumable grid of simulations."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from sim.cli import options as o
+from sim.errors import ConfigError
+from sim.sweep import expand, load_grid_yaml, parse_sets, run_sweep
+
+Sets = Annotated[list[str] | None, typer.Option(
+    "--set", help="KEY=v1,v2,... (repeatable). Any simulate option, or trace=PATH,...")]
+Grid = Annotated[Path | None, typer.Option("--grid", help="YAML mapping KEY: [values] (scalars are fixed).")]
+Backend = Annotated[str, typer.Option("--backend", help="local (process pool) | ray")]
+Address = Annotated[str | None, typer.Option(
+    "--address", help="Ray cluster address, e.g. 10.0.0.1:6379 (default: RAY_ADDRESS or a local Ray)")]
+Jobs = Annotated[int | None, typer.Option("--jobs", "-j", help="Parallel workers (default: CPU count).")]
+Retries = Annotated[int, typer.Option("--max-retries", help="Retries of a point whose worker died.")]
+RetryFailed = Annotated[bool, typer.Option("--retry-failed", help="Rerun points recorded as failed.")]
+_NOT_SIM = ("trace", "out", "set_", "grid", "backend", "address", "jobs", "max_retries",
+            "retry_failed", "config")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def sweep(
+        trace: Annotated[Path | None, typer.Argument(help="Trace file (default: the bundled Azure conv slice).")] = None,
+        out: Annotated[Path, typer.Option("--out", help="Output directory (sweep.parquet).")] = Path("sweeps/latest"),
+        set_: Sets = None, grid: Grid = None, backend: Backend = "local", address: Address = None,
+        jobs: Jobs = None, max_retries: Retries = 3, retry_failed: RetryFailed = False,
+        config: o.ConfigFile = None, model: o.Model = None, gpu: o.Gpu = None,
+        tensor_parallel_size: o.TP = None, gpu_memory_utilization: o.GMU = None, block_size: o.BS = None,
+        max_num_seqs: o.MNS = None, max_num_batched_tokens: o.MNBT = None, max_model_len: o.MML = None,
+        enable_prefix_caching: o.EPC = None, allocator: o.Alloc = None, reservation: o.Res = None,
+        preemption: o.Pre = None, swap_space: o.Swap = None, cost_model: o.Cost = None,
+        calibration: o.Calib = None, seed: o.Seed = None, num_gpu_blocks: o.NGB = None,
+        kv_memory: o.KVM = None, preset: o.Preset = None, policy: o.Policy = None, exact_steps: o.Exact = None,
+    ) -> None:
+        """Simulate every point of a grid; append each result to DIR/sweep.parquet as it finishes.
+
+        Rerunning into the same DIR skips points already recorded (keyed by config + trace hash).
+        """
+        flags = {k: v for k, v in locals().items() if k not in _NOT_SIM}
+        base = o.build_config(config, **flags).model_dump(exclude_unset=True)
+        spec = load_grid_yaml(grid) if grid else {}
+        for k, vals in parse_sets(set_ or []).items():
+            spec[k] = vals
+        if not spec:
+            raise ConfigError("sweep: give the grid with --set KEY=v1,v2 or --grid FILE.yaml")
+        if trace is None and "trace" not in spec:
+            from sim.cli.simulate import bundled_trace
+            trace = bundled_trace()
+        points = expand(spec, base, trace)
+        console = Console(stderr=True)
+        n_jobs = jobs or os.cpu_count() or 1
+        with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("[red]{task.fields[failed]} failed"), TimeElapsedColumn(),
+                      TextColumn("ETA"), TimeRemainingColumn(), console=console) as prog:
+            task = prog.add_task("sweep", total=len(points), failed=0)
+
+            def tick(done: int, total: int, failed: int) -> None:
+                prog.update(task, completed=done, total=total, failed=failed)
+
+            res = run_sweep(points, out, backend=backend, jobs=n_jobs, address=address,
+                            max_retries=max_retries, retry_failed=retry_failed, progress=tick)
+        console.print(f"{res.planned} points: ran {res.ran}, skipped {res.skipped} already done, "
+                      f"{res.failed} failed -> {out / 'sweep.parquet'} ({len(res.table)} rows)")
+        if res.failed:
+            bad = res.table[res.table["status"] != "ok"]
+            for _, r in bad.head(5).iterrows():
+                console.print(f"[red]failed[/red] {r['key']}: {r['error']}")

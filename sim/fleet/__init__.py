@@ -1,0 +1,14 @@
+"""Fleet sizing (``kvsim plan``): per-replica capacity, routed validation, autoscaling, cost.
+
+Modules, one concept each:
+
+- :mod:`sim.fleet.slo` -- SLO targets and attainment with a Wilson lower bound.
+- :mod:`sim.fleet.workload` -- trace windows per seed, rate scaling, peak demand.
+- :mod:`sim.fleet.capacity` -- max QPS one replica sustains (bisection over seeds, CI).
+- :mod:`sim.fleet.binding` -- what limits a candidate (KV memory, batch cap, decode, prefill).
+- :mod:`sim.fleet.router` -- many replicas behind a router in one SimPy environment.
+- :mod:`sim.fleet.autoscale` -- replicas over time with a cold-start delay vs static peak.
+- :mod:`sim.fleet.prices` -- $/GPU-hour from the catalog or a user YAML.
+- :mod:`sim.fleet.planner` -- the whole pipeline and the ranked table.
+- :mod:`sim.fleet.queueing` -- Erlang-C, M/D/1 and M/D/c formulas (test oracles, pruning).
+"""
