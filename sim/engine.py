@@ -14,7 +14,8 @@ applied in bulk -- same block ids in the same order, same per-step records, same
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from typing import Any
 
 import simpy
 
@@ -93,7 +94,7 @@ class Replica:
             r.final_tokens - r.num_computed_tokens for r in s.waiting)
 
     # ---- the loop ---------------------------------------------------------------------------
-    def _loop(self):  # type: ignore[no-untyped-def]
+    def _loop(self) -> Generator[simpy.Event, Any, None]:
         env, sched = self.env, self.sched
         while True:
             self._pull(env.now)
@@ -166,9 +167,7 @@ class Replica:
         kv = self.kv
         if isinstance(kv, SlabAllocator):
             return kv.breakdown(self.sched.running)
-        B = kv.block_size
-        comp = sum(r.num_computed_tokens for r in self.sched.running)
-        return self._paged_breakdown(comp)
+        return self._paged_breakdown(sum(r.num_computed_tokens for r in self.sched.running))
 
     def _paged_breakdown(self, comp: int) -> tuple[int, int, int, int, int]:
         kv = self.kv
@@ -184,19 +183,19 @@ class Replica:
 
     def _record(self, start: float, dt: float, plan: StepPlan, batch: StepBatch) -> None:
         pf, dec = batch.prefill_tokens, batch.num_decode_seqs
-        free_blocks = self.kv.free_queue.size if isinstance(self.kv, PagedAllocator) else 0
+        free_blocks = self.kv.num_free_blocks
         tok, res, internal, ext, free = self._breakdown()
         self.log.row(self.step, start, dt, len(self.sched.running), self.sched.num_waiting, pf, dec,
                      plan.num_preempted, free_blocks, tok, res, internal, ext, free,
                      self.kv.shared_excess, plan.swap_out_blocks, plan.swap_in_blocks)
 
     # ---- fast-forward -----------------------------------------------------------------------
-    def _fast_forward(self):  # type: ignore[no-untyped-def]
+    def _fast_forward(self) -> Generator[simpy.Event, Any, None]:
         """Apply a run of decode-only steps in bulk; see the module docstring."""
         sched, kv, env = self.sched, self.kv, self.env
         running = sched.running
         R = len(running)
-        if R == 0 or sched.swapped or not sched.chunked_prefill or R > sched.max_num_batched_tokens:
+        if R == 0 or sched.swapped or not sched.chunked_prefill or sched.max_num_batched_tokens < R:
             return
         min_left = math.inf
         for r in running:
@@ -218,7 +217,7 @@ class Replica:
         # can the waiting head be admitted (now, or at any step of the window)?
         admit_blocked = self._admission_blocked(len(buckets[1 % B]) if paged else 0)
         horizon = math.inf if admit_blocked else self.next_arrival()
-        free0 = kv.free_queue.size if paged else 0
+        free0 = kv.num_free_blocks
         comp0 = sum(r.num_computed_tokens for r in running)
         ctx = comp0
         pages = sum(len(r.blocks) for r in running) if paged else 0
@@ -227,7 +226,7 @@ class Replica:
         need_total = 0
         k = 0
         applied = False
-        slab_bd = None if paged else kv.breakdown(running)
+        slab_bd = kv.breakdown(running) if isinstance(kv, SlabAllocator) else None
         while k < max_k:
             s = k + 1
             if t >= horizon:
@@ -268,7 +267,7 @@ class Replica:
                 bd = (tok0 + s * R, res0 - s * R, internal, ext, fr)
                 n_run = R
             log.row(self.step, t, dt, n_run, sched.num_waiting, 0, R, 0,
-                    kv.free_queue.size if paged else 0, *bd, kv.shared_excess, 0, 0)
+                    kv.num_free_blocks, *bd, kv.shared_excess, 0, 0)
             t += dt
             self.busy_s += dt
             self.step += 1
@@ -307,7 +306,7 @@ class Replica:
         """True if no waiting request can be admitted at any step of a decode-only window."""
         sched, kv = self.sched, self.kv
         R = len(sched.running)
-        if R >= sched.max_num_seqs or sched.max_num_batched_tokens - R <= 0:
+        if sched.max_num_seqs <= R or sched.max_num_batched_tokens - R <= 0:
             return True
         head = sched._peek()
         if head is None or sched.priority:

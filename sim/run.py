@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,7 @@ def build(cfg: SimConfig) -> tuple[KvBudget, PagedAllocator | SlabAllocator, Sch
     return budget, kv, sched, cost
 
 
-def rejecter(budget: KvBudget, kv: PagedAllocator | SlabAllocator, sched: Scheduler):  # type: ignore[no-untyped-def]
+def rejecter(budget: KvBudget, kv: PagedAllocator | SlabAllocator, sched: Scheduler) -> Callable[[Request], str]:
     max_len = budget.max_model_len
 
     def reject(r: Request) -> str:
@@ -242,11 +243,11 @@ def summarize(cfg: SimConfig, budget: KvBudget, cost_name: str, req: pd.DataFram
         "cost_model": cost_name,
         "num_gpu_blocks": budget.num_gpu_blocks,
         "budget": budget.as_dict(),
-        "num_requests": int(len(req)),
-        "num_finished": int(len(done)),
+        "num_requests": len(req),
+        "num_finished": len(done),
         "num_rejected": int((req["status"] == "rejected").sum()),
         "num_unfinished": int((req["status"] == "unfinished").sum()),
-        "num_steps": int(len(steps)),
+        "num_steps": len(steps),
         "fast_forward_steps": rep.ff_steps,
         "simulated_s": span,
         "throughput": {

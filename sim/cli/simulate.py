@@ -13,7 +13,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from sim.cli import options as o
-from sim.run import SimResult, simulate as run_simulation
+from sim.run import SimResult
+from sim.run import simulate as run_simulation
 from workloads import load_trace
 
 BUNDLED = "azure_conv_slice.csv"

@@ -220,6 +220,7 @@ class SlabAllocator:
     block_size = 0
     evictions = 0
     shared_excess = 0
+    num_free_blocks = 0  # no blocks: the steps table's free_blocks column is paged-only
 
     def get_computed_blocks(self, req: Request) -> list[int]:
         return []  # no prefix sharing between contiguous chunks

@@ -1,0 +1,168 @@
+"""Engine and V1 scheduler behaviour: step timing, preemption, fast-forward identity, accounting."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.config import make_config
+from sim.run import MEM_CATS, simulate
+from tests.conftest import MOONCAKE_CONV, make_trace
+
+
+def run(rows, check: bool = True, **kw):
+    kw.setdefault("cost_model", "constant:0.5")
+    if "num_gpu_blocks" in kw:  # the pool must hold one max_model_len request (vLLM's startup check)
+        kw.setdefault("max_model_len", min(4096, (kw["num_gpu_blocks"] - 1) * kw.get("block_size", 16)))
+    kw.setdefault("max_model_len", 4096)
+    return simulate(make_config(**kw), make_trace(rows), check=check)
+
+
+def test_constant_cost_step_k_starts_at_k_times_seconds() -> None:
+    """One request, prompt 10, output 3: prefill step 0 samples token 1, steps 1-2 decode."""
+    res = run([{"arrival_s": 0.0, "prompt_tokens": 10, "output_tokens": 3}], num_gpu_blocks=64)
+    steps = res.steps
+    assert steps["start_s"].tolist() == [0.0, 0.5, 1.0]
+    assert steps["prefill_tokens"].tolist() == [10, 0, 0]
+    assert steps["decode_tokens"].tolist() == [0, 1, 1]
+    r = res.requests.iloc[0]
+    assert (r.first_scheduled_step, r.finish_step) == (0, 2)
+    assert (r.first_token_s, r.finish_s) == (0.5, 1.5)
+    assert r.tpot_s == pytest.approx(0.5)
+
+
+def test_idle_engine_waits_for_the_next_arrival_without_polling() -> None:
+    res = run([{"arrival_s": 0.0, "prompt_tokens": 4, "output_tokens": 1},
+               {"arrival_s": 10.0, "prompt_tokens": 4, "output_tokens": 1}], num_gpu_blocks=64)
+    assert res.steps["start_s"].tolist() == [0.0, 10.0]
+    assert res.requests["first_scheduled_step"].tolist() == [0, 1]
+
+
+def test_chunked_prefill_respects_max_num_batched_tokens() -> None:
+    res = run([{"arrival_s": 0.0, "prompt_tokens": 100, "output_tokens": 2}],
+              num_gpu_blocks=64, max_num_batched_tokens=32, max_num_seqs=4)
+    assert res.steps["prefill_tokens"].tolist()[:4] == [32, 32, 32, 4]
+    assert res.requests.iloc[0].first_token_s == pytest.approx(4 * 0.5)
+
+
+def test_max_num_seqs_caps_the_batch() -> None:
+    rows = [{"arrival_s": 0.0, "prompt_tokens": 4, "output_tokens": 5} for _ in range(5)]
+    res = run(rows, num_gpu_blocks=64, max_num_seqs=2, max_num_batched_tokens=64)
+    assert res.steps["num_running"].max() == 2
+    assert res.requests["first_scheduled_step"].tolist()[:2] == [0, 0]
+
+
+def test_preemption_takes_the_last_admitted_and_requeues_it_at_the_front() -> None:
+    """Pool of 8 blocks (B=4). a, b, c (8-token prompts) take 2 blocks each in step 0. In step 1
+    each crosses a block boundary: a and b get the last 2 blocks, c finds none and, being the
+    last of the running list, preempts itself (recompute) back to the front of the queue."""
+    rows = [{"arrival_s": 0.0, "prompt_tokens": 8, "output_tokens": 20, "request_id": "a"},
+            {"arrival_s": 0.0, "prompt_tokens": 8, "output_tokens": 20, "request_id": "b"},
+            {"arrival_s": 0.0, "prompt_tokens": 8, "output_tokens": 4, "request_id": "c"}]
+    res = run(rows, num_gpu_blocks=9, block_size=4, max_model_len=32)
+    req = res.requests.set_index("request_id")
+    assert req.loc["a", "num_preemptions"] == 0
+    assert req.loc["c", "num_preemptions"] >= 1
+    s1 = res.steps.iloc[1]
+    assert (s1.num_preempted, s1.num_running, s1.num_waiting, s1.decode_tokens) == (1, 2, 1, 2)
+    assert s1.prefill_tokens == 0  # no admission in a step that preempted
+    assert (res.requests["status"] == "finished").all()
+    assert res.summary["preemptions"] == res.requests["num_preemptions"].sum()
+
+
+def test_head_of_line_blocking_on_the_waiting_queue() -> None:
+    """A big head that doesn't fit blocks a small request behind it (FCFS)."""
+    rows = [{"arrival_s": 0.0, "prompt_tokens": 20, "output_tokens": 30, "request_id": "long"},
+            {"arrival_s": 0.1, "prompt_tokens": 30, "output_tokens": 2, "request_id": "big"},
+            {"arrival_s": 0.2, "prompt_tokens": 2, "output_tokens": 2, "request_id": "small"}]
+    res = run(rows, num_gpu_blocks=14, block_size=4, max_model_len=52)
+    req = res.requests.set_index("request_id")
+    assert req.loc["small", "first_scheduled_s"] >= req.loc["big", "first_scheduled_s"]
+
+
+def test_requests_that_can_never_run_are_rejected_with_a_reason() -> None:
+    rows = [{"arrival_s": 0.0, "prompt_tokens": 5000, "output_tokens": 10},
+            {"arrival_s": 0.0, "prompt_tokens": 10, "output_tokens": 10}]
+    res = run(rows, num_gpu_blocks=1000, max_model_len=4096)
+    assert res.requests["status"].tolist() == ["rejected", "finished"]
+    assert "max_model_len" in res.requests["reject_reason"].iloc[0]
+
+
+def test_memory_categories_sum_to_the_pool_at_every_step(bundled_trace) -> None:
+    for kw in ({"allocator": "paged", "num_gpu_blocks": 1500},
+               {"allocator": "slab", "reservation": "pow2", "kv_memory": "2GiB"}):
+        res = simulate(make_config(max_model_len=4096, **kw), bundled_trace)
+        total = res.steps[list(MEM_CATS)].sum(axis=1)
+        assert total.nunique() == 1
+        assert (res.steps[list(MEM_CATS)] >= 0).all().all()
+        assert (res.requests["status"].isin(["finished", "rejected"])).all()
+
+
+CONFIGS = [
+    {"num_gpu_blocks": 900, "max_model_len": 8192},                        # preemption-heavy
+    {"num_gpu_blocks": 300, "block_size": 4, "max_num_seqs": 16, "max_model_len": 1190},
+    {"num_gpu_blocks": 400, "policy": "priority", "preset": "vllm-v1-legacy", "max_model_len": 4096},
+    {"allocator": "slab", "reservation": "pow2", "model": "opt-13b", "gpu": "a100-40gb",
+     "kv_memory": "12GiB", "max_model_len": 2048},
+    {"allocator": "slab", "reservation": "oracle", "slab_placement": "first-fit", "kv_memory": "1GiB",
+     "max_model_len": 4096},
+    {"num_gpu_blocks": 700, "preemption": "swap", "swap_space": 0.5, "max_model_len": 8192},
+    {"cost_model": "constant:0.01", "num_gpu_blocks": 2000, "max_model_len": 8192},
+]
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_fast_forward_is_bit_identical_to_exact_steps(bundled_trace, kw) -> None:
+    check = kw.get("num_gpu_blocks", 0) <= 1000  # per-step invariant checks are O(pool)
+    ff = simulate(make_config(exact_steps=False, **kw), bundled_trace, check=check)
+    ex = simulate(make_config(exact_steps=True, **kw), bundled_trace, check=check)
+    assert ff.summary["fast_forward_steps"] > 0
+    pd.testing.assert_frame_equal(ff.requests, ex.requests, check_exact=True)
+    pd.testing.assert_frame_equal(ff.steps, ex.steps, check_exact=True)
+
+
+def test_fast_forward_identical_with_prefix_sharing_on_mooncake() -> None:
+    from workloads import load_trace
+
+    tr = load_trace(MOONCAKE_CONV)
+    df = tr.df[tr.df["prompt_tokens"] < 8000].head(80).reset_index(drop=True)
+    tr = make_trace(df.to_dict("records"))
+    kw = dict(gpu="h200", num_gpu_blocks=1500, max_model_len=8192)
+    ff = simulate(make_config(**kw), tr)
+    ex = simulate(make_config(exact_steps=True, **kw), tr)
+    assert ff.summary["prefix_cache"]["hit_rate"] > 0.05
+    pd.testing.assert_frame_equal(ff.steps, ex.steps, check_exact=True)
+    pd.testing.assert_frame_equal(ff.requests, ex.requests, check_exact=True)
+
+
+def test_swap_preemption_moves_blocks_and_charges_pcie_time(bundled_trace) -> None:
+    kw = dict(num_gpu_blocks=700, max_model_len=8192)
+    swap = simulate(make_config(preemption="swap", swap_space=4.0, **kw), bundled_trace, check=True)
+    assert swap.steps["swap_out_blocks"].sum() > 0
+    assert swap.steps["swap_out_blocks"].sum() == swap.steps["swap_in_blocks"].sum()
+    assert (swap.requests["status"] == "finished").all()
+    # steps that move blocks cost more than the same step would without the transfer
+    moved = swap.steps[swap.steps["swap_out_blocks"] + swap.steps["swap_in_blocks"] > 0]
+    assert len(moved) > 0
+
+
+def test_same_inputs_same_outputs(bundled_trace) -> None:
+    a = simulate(make_config(num_gpu_blocks=900, max_model_len=8192), bundled_trace)
+    b = simulate(make_config(num_gpu_blocks=900, max_model_len=8192), bundled_trace)
+    pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+
+
+def test_parallel_sampling_fans_out_and_shares_the_prompt_through_the_cache() -> None:
+    rows = [{"arrival_s": 0.0, "prompt_tokens": 64, "output_tokens": 8, "n": 4}]
+    res = run(rows, num_gpu_blocks=200, block_size=16)
+    assert len(res.requests) == 4
+    assert res.requests["prefix_hit_tokens"].tolist() == [0, 48, 48, 48]
+    assert res.steps["shared_blocks_saved"].max() >= 3 * 3
+    assert res.summary["sharing_saved_fraction"] > 0
+
+
+def test_roofline_is_labelled_uncalibrated(bundled_trace) -> None:
+    res = simulate(make_config(max_model_len=8192), bundled_trace)
+    assert "uncalibrated" in res.summary["cost_model"]
+    assert np.isfinite(res.summary["ttft_s"]["p99"])
