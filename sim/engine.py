@@ -147,7 +147,10 @@ class Replica:
         B = self.kv.block_size
         pf_tok = pf_seqs = pf_ctx = dec = dec_ctx = pages = 0
         pairs = 0.0
+        riders = plan.free_riders
         for r, n in plan.scheduled:
+            if riders and r.uid in riders:
+                continue  # forked group member: the leader's prefill computed its KV
             c = r.num_computed_tokens
             ctx = c + n
             if n == 1 and r.num_output and c == r.num_tokens - 1:
@@ -167,6 +170,8 @@ class Replica:
         kv = self.kv
         if isinstance(kv, SlabAllocator):
             return kv.breakdown(self.sched.running)
+        if self.sched.fork_cow:
+            return kv.exact_breakdown(self.sched.running)
         return self._paged_breakdown(sum(r.num_computed_tokens for r in self.sched.running))
 
     def _paged_breakdown(self, comp: int) -> tuple[int, int, int, int, int]:

@@ -32,6 +32,8 @@ class Request:
     priority: int = 0
     content: object = None         # None | ("ids", tuple) | ("hash", tuple, tokens_per_hash) | ("shared", key)
     parent: int = -1               # uid of the parent request for fanned-out samples
+    group: list[Request] | None = None  # paper-v0 fork mode: the sequence group, leader first
+    beam: bool = False             # the group is a beam search (members re-fork every step)
     num_tokens: int = 0            # prompt + generated so far (kept in step with num_output)
     status: Status = Status.WAITING
     num_computed_tokens: int = 0

@@ -24,6 +24,7 @@ from sim import __version__
 from sim.budget import KvBudget, compute_budget
 from sim.config import SimConfig
 from sim.cost import StepCostModel, build_cost_model
+from sim.errors import ConfigError
 from sim.engine import Replica
 from sim.kv.paged import PagedAllocator, cdiv
 from sim.kv.slab import SlabAllocator
@@ -84,6 +85,7 @@ def make_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
     hids = df["hash_ids"].tolist() if "hash_ids" in df else None
     tph = df["tokens_per_hash"].to_numpy(np.int64).tolist() if "tokens_per_hash" in df else None
     caching = bool(cfg.resolved("enable_prefix_caching"))
+    fork = cfg.resolved("sharing") == "fork-cow"
     out: list[Request] = []
     for i in range(len(arrival)):
         content: object = None
@@ -92,15 +94,21 @@ def make_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
                 content = ("ids", tuple(int(x) for x in ids[i]))
             elif hids is not None and isinstance(hids[i], (list, tuple, np.ndarray)) and len(hids[i]):
                 content = ("hash", tuple(int(x) for x in hids[i]), int(tph[i]) if tph else 512)
-        fan = max(nsamp[i] if nsamp else 1, beam[i] if beam else 1)
+        width = beam[i] if beam else 1
+        fan = max(nsamp[i] if nsamp else 1, width)
         if fan > 1 and content is None and caching:
             content = ("shared", i)
         parent = len(out) if fan > 1 else -1
+        group: list[Request] | None = [] if fork and fan > 1 else None
         for k in range(fan):
-            out.append(Request(
+            r = Request(
                 uid=len(out), request_id=rid[i] if fan == 1 else f"{rid[i]}#{k}",
                 arrival_s=arrival[i], prompt_tokens=prompt[i], output_tokens=output[i],
-                priority=prio[i] if prio else 0, content=content, parent=parent))
+                priority=prio[i] if prio else 0, content=content, parent=parent,
+                group=group, beam=group is not None and width > 1)
+            if group is not None:
+                group.append(r)
+            out.append(r)
     return out
 
 
@@ -115,6 +123,10 @@ def build(cfg: SimConfig) -> tuple[KvBudget, PagedAllocator | SlabAllocator, Sch
     else:
         slots = budget.available_kv_bytes // budget.bytes_per_token
         kv = SlabAllocator(int(slots), budget.max_model_len, cfg.reservation, cfg.slab_placement)
+    fork = cfg.resolved("sharing") == "fork-cow"
+    if fork and (cfg.resolved("chunked_prefill") or cfg.resolved("enable_prefix_caching") or cfg.allocator != "paged"):
+        raise ConfigError("--sharing fork-cow (paper-v0) needs the paged allocator, no chunked prefill and "
+                          "no prefix caching: use --preset paper-v0")
     cpu_blocks = int(cfg.swap_space * 2**30 // budget.bytes_per_block) if cfg.preemption == "swap" else 0
     sched = Scheduler(
         kv, max_num_seqs=budget.max_num_seqs, max_num_batched_tokens=budget.max_num_batched_tokens,
@@ -122,7 +134,8 @@ def build(cfg: SimConfig) -> tuple[KvBudget, PagedAllocator | SlabAllocator, Sch
         reserve_full_isl=bool(cfg.resolved("reserve_full_isl")),
         chunked_prefill=bool(cfg.resolved("chunked_prefill")),
         long_prefill_token_threshold=cfg.long_prefill_token_threshold,
-        preemption=cfg.preemption, cpu_swap_blocks=cpu_blocks)
+        preemption=cfg.preemption, cpu_swap_blocks=cpu_blocks, fork_cow=fork,
+        rng=np.random.default_rng(cfg.seed))
     cost = build_cost_model(cfg.cost_model, model, gpu, cfg.tensor_parallel_size,
                             Path(cfg.calibration) if cfg.calibration else None)
     return budget, kv, sched, cost

@@ -37,6 +37,7 @@ REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL_INT = ("tokens_per_hash", "priority", "n", "beam_width")
 OPTIONAL_LIST = ("hash_ids", "prompt_token_ids")
 COLUMNS = (*REQUIRED, "request_id", *OPTIONAL_LIST, *OPTIONAL_INT)
+OPTIONAL_DEFAULTS = {"priority": 0, "n": 1, "beam_width": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,9 @@ def validate(df: pd.DataFrame, path: str) -> pd.DataFrame:
             raise TraceError(path, None, col, "missing required column")
     df = df.reset_index(drop=True)
     for col in ("arrival_s", *REQUIRED[1:], *[c for c in OPTIONAL_INT if c in df.columns]):
+        if col in OPTIONAL_DEFAULTS:
+            # an empty cell in an optional column means "the default" (mixed JSONL rows)
+            df[col] = df[col].where(df[col].notna(), OPTIONAL_DEFAULTS[col])
         num = pd.to_numeric(df[col], errors="coerce")
         bad = num.isna() | ~np.isfinite(num.astype("float64"))
         if col != "arrival_s":

@@ -273,11 +273,26 @@ class PagedAllocator:
 
     def fork(self, src: Request, dst: Request) -> None:
         """paper-v0 sharing: ``dst`` gets a copy of ``src``'s table; every block's ref count +1."""
-        self.free(dst) if dst.blocks else None
-        dst.blocks = list(src.blocks)
-        for b in dst.blocks:
-            self.ref[b] += 1
-            self.shared_excess += 1
+        self.retable([(dst, list(src.blocks))])
+
+    def retable(self, moves: list[tuple[Request, list[int]]]) -> None:
+        """Give each request a new block table (beam re-forks), all at once.
+
+        All new references are taken before any old one is dropped, so a table that is both
+        given away and replaced in the same round never sends a block to the free queue.
+        """
+        ref = self.ref
+        for _, table in moves:
+            for b in table:
+                if ref[b] == 0:
+                    self.free_queue.remove(b)
+                else:
+                    self.shared_excess += 1
+                ref[b] += 1
+        for req, table in moves:
+            if req.blocks:
+                self.free(req)
+            req.blocks = table
 
     def copy_on_write(self, req: Request) -> bool:
         """Before writing into a shared last block: give ``req`` a private copy. False if no block."""
@@ -291,6 +306,25 @@ class PagedAllocator:
         self.shared_excess -= 1
         req.blocks[-1] = new
         return True
+
+    def exact_breakdown(self, live: Iterable[Request]) -> tuple[int, int, int, int, int]:
+        """Memory categories when shared blocks may be partial (fork/copy-on-write mode).
+
+        A physical block's token states are the most tokens any holder has in it.
+        """
+        B = self.block_size
+        fill: dict[int, int] = {}
+        for r in live:
+            c = r.num_computed_tokens
+            for j, b in enumerate(r.blocks):
+                f = min(B, max(c - j * B, 0))
+                if f > fill.get(b, -1):
+                    fill[b] = f
+        free = self.free_queue.size
+        used = self.usable_blocks - free
+        tok = sum(fill.values())
+        null = (self.num_blocks - self.usable_blocks) * B
+        return tok, 0, used * B - tok, null, free * B
 
     # ---- invariants -----------------------------------------------------------------------------
     def check(self, live: Iterable[Request] = ()) -> None:

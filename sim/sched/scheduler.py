@@ -12,6 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from sim.kv.paged import PagedAllocator, cdiv
 from sim.kv.slab import SlabAllocator
 from sim.request import Request, Status
@@ -21,6 +23,7 @@ from sim.sched.policies import VictimPolicy, victim_last
 @dataclass(slots=True)
 class StepPlan:
     scheduled: list[tuple[Request, int]] = field(default_factory=list)
+    free_riders: set[int] = field(default_factory=set)  # forked members: no compute of their own
     num_preempted: int = 0
     swap_out_blocks: int = 0
     swap_in_blocks: int = 0
@@ -50,6 +53,8 @@ class Scheduler:
         long_prefill_token_threshold: int = 0,
         preemption: str = "recompute",
         cpu_swap_blocks: int = 0,
+        fork_cow: bool = False,
+        rng: np.random.Generator | None = None,
     ) -> None:
         self.kv = kv
         self.max_num_seqs = max_num_seqs
@@ -66,6 +71,9 @@ class Scheduler:
         self._heap: list[tuple[int, float, int, Request]] = []
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
+        self.fork_cow = fork_cow          # paper-v0 sharing: groups forked, copy-on-write
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.cow_copies = 0
         self.stats = PrefixStats()
         self.num_preemptions = 0
         self.swap_fallbacks = 0
@@ -76,6 +84,8 @@ class Scheduler:
         return len(self._heap) + len(self.waiting) + len(self.swapped)
 
     def add(self, req: Request) -> None:
+        if self.fork_cow and req.group is not None and req.group[0] is not req:
+            return  # forked from the group leader at admission (gang scheduling)
         if self.priority:
             heapq.heappush(self._heap, (req.priority, req.arrival_s, req.uid, req))
         else:
@@ -117,7 +127,7 @@ class Scheduler:
             r = running[i]
             c = r.num_computed_tokens
             n = r.num_tokens - c
-            if n == 1 and (slab or c % B):
+            if n == 1 and (slab or (c % B and not (self.fork_cow and kv.ref[r.blocks[-1]] > 1))):  # type: ignore[union-attr]
                 if register is not None and (c + 1) % B == 0:
                     register(r, c + 1)
                 scheduled.append((r, 1))
@@ -131,7 +141,7 @@ class Scheduler:
                 i += 1
                 continue
             ok = True
-            while not kv.allocate_slots(r, n):
+            while not self._alloc(r, n):
                 v = self.choose_victim(running)
                 victim = running.pop(v)
                 if v < i:
@@ -159,6 +169,17 @@ class Scheduler:
                 self._admit(plan, budget, now, step)
         return plan
 
+    def _alloc(self, r: Request, n: int) -> bool:
+        """allocate_slots, preceded in fork mode by copy-on-write of a shared partial last block."""
+        kv = self.kv
+        if self.fork_cow and r.blocks and r.num_computed_tokens % kv.block_size:
+            assert isinstance(kv, PagedAllocator)
+            if kv.ref[r.blocks[-1]] > 1:
+                if not kv.copy_on_write(r):
+                    return False
+                self.cow_copies += 1
+        return kv.allocate_slots(r, n)
+
     def _admit(self, plan: StepPlan, budget: int, now: float, step: int) -> None:
         kv, running = self.kv, self.running
         while budget > 0 and len(running) < self.max_num_seqs:
@@ -173,10 +194,22 @@ class Scheduler:
             if not self.chunked_prefill and n > budget:
                 break
             n = min(n, budget)
+            followers = self._followers(r)
+            if followers and len(running) + 1 + len(followers) > self.max_num_seqs:
+                break
             if not kv.allocate_slots(r, n, hits, full_sequence_must_fit=self.reserve_full_isl,
                                      apply_watermark=bool(running)):
                 break  # head-of-line blocking
             self._pop()
+            for f in followers:  # the group shares the leader's prompt blocks by reference
+                assert isinstance(kv, PagedAllocator)
+                kv.fork(r, f)
+                f.status = Status.RUNNING
+                f.first_scheduled_s, f.first_scheduled_step = now, step
+                f.prefix_hit_tokens = 0
+                running.append(f)
+                plan.scheduled.append((f, n))
+                plan.free_riders.add(f.uid)
             resumed = r.status == Status.PREEMPTED
             r.status = Status.RUNNING
             r.num_computed_tokens = hit_tokens
@@ -193,6 +226,12 @@ class Scheduler:
             plan.scheduled.append((r, n))
             budget -= n
 
+    def _followers(self, r: Request) -> list[Request]:
+        """Group members admitted (forked) with a leader that has never run (paper-v0)."""
+        if not self.fork_cow or r.group is None or r.group[0] is not r or r.num_preemptions:
+            return []
+        return [m for m in r.group[1:] if m.status == Status.WAITING]
+
     def _schedule_prefill_first(self, now: float, step: int) -> StepPlan:
         """Non-chunked (paper-v0 style): a step that admits prompts runs prompts only."""
         plan = StepPlan()
@@ -206,7 +245,7 @@ class Scheduler:
             r = running[i]
             n = r.num_tokens - r.num_computed_tokens
             ok = True
-            while not kv.allocate_slots(r, n):
+            while not self._alloc(r, n):
                 victim = running.pop(self.choose_victim(running))
                 self._preempt(victim, plan)
                 if victim is r:
@@ -275,6 +314,8 @@ class Scheduler:
                     r.first_token_s = end
                 if r.num_output >= r.output_tokens:
                     finished.append(r)
+        if self.fork_cow:
+            self._beam_reforks(plan)
         if finished:
             done = set(map(id, finished))
             self.running = [r for r in self.running if id(r) not in done]
@@ -283,6 +324,31 @@ class Scheduler:
                 r.status = Status.FINISHED
                 r.finish_s, r.finish_step = end, step
         return finished
+
+    def _beam_reforks(self, plan: StepPlan) -> None:
+        """After a beam step each beam continues from a randomly chosen live beam (seeded rng).
+
+        A beam whose continuation comes from another parent drops its own table and forks the
+        parent's (every block's ref count +1); its next write copy-on-writes the shared tail.
+        """
+        kv = self.kv
+        assert isinstance(kv, PagedAllocator)
+        seen: set[int] = set()
+        for r, _ in plan.scheduled:
+            g = r.group
+            if g is None or not r.beam or id(g) in seen:
+                continue
+            seen.add(id(g))
+            live = [m for m in g if m.status == Status.RUNNING and m.num_output < m.output_tokens
+                    and m.num_computed_tokens == m.num_tokens - 1]
+            if len(live) < 2 or len({m.num_computed_tokens for m in live}) != 1:
+                continue
+            parents = self.rng.integers(0, len(live), size=len(live))
+            snap = {id(m): list(m.blocks) for m in live}
+            moves = [(m, list(snap[id(live[p])])) for m, p in zip(live, parents, strict=True)
+                     if live[p] is not m]
+            if moves:
+                kv.retable(moves)
 
     def state(self) -> dict[str, Any]:
         return {"running": len(self.running), "waiting": self.num_waiting}
