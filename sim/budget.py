@@ -19,6 +19,7 @@ from sim.config import SimConfig, parse_bytes
 from sim.errors import ConfigError
 from sim.specs import GpuSpec, ModelSpec, resolve_gpu, resolve_model
 
+
 # vLLM EngineArgs.get_batch_defaults (offline LLM entry point), vllm-v1-semantics.md s5.1
 def batch_defaults(gpu: GpuSpec) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) vLLM picks for this GPU."""

@@ -24,8 +24,8 @@ from sim import __version__
 from sim.budget import KvBudget, compute_budget
 from sim.config import SimConfig
 from sim.cost import StepCostModel, build_cost_model
-from sim.errors import ConfigError
 from sim.engine import Replica
+from sim.errors import ConfigError
 from sim.kv.paged import PagedAllocator, cdiv
 from sim.kv.slab import SlabAllocator
 from sim.request import Request, Status

@@ -263,7 +263,7 @@ class SweepStore:
             rank = {k: i for i, k in enumerate(order)}
             df = df.assign(_o=df["key"].map(rank).fillna(len(rank))).sort_values("_o", kind="stable")
             df = df.drop(columns="_o")
-        df = _int_columns(df.reset_index(drop=True))
+        df = _typed_columns(df.reset_index(drop=True))
         tmp = self.out / f".sweep.{os.getpid()}.tmp"
         df.to_parquet(tmp, index=False)
         os.replace(tmp, self.file)
@@ -272,12 +272,22 @@ class SweepStore:
         return df
 
 
-def _int_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """Integer options with collapsed (None) cells: nullable Int64 rather than float NaN."""
+_DTYPES = {int: "Int64", int | None: "Int64", float: "float64", float | None: "float64",
+           bool: "boolean", bool | None: "boolean"}
+
+
+def _typed_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Option columns typed by their SimConfig field, whatever the order parts were merged in.
+
+    A collapsed cell is None; a one-row part holding it has a null-typed column, so without
+    this the merged dtype would depend on which part came first.
+    """
     for c in df.columns:
         f = SimConfig.model_fields.get(c)
-        if f is not None and f.annotation in (int, int | None) and pd.api.types.is_float_dtype(df[c]):
-            df[c] = df[c].astype("Int64")
+        dtype = _DTYPES.get(f.annotation) if f is not None else None  # type: ignore[arg-type]
+        if dtype is not None:
+            col = df[c].astype(object).where(df[c].notna(), None)
+            df[c] = pd.array(col.tolist(), dtype=dtype)
     return df
 
 
@@ -327,7 +337,7 @@ def _run_ray(points: list[Point], jobs: int, max_retries: int, address: str | No
         task = ray.remote(num_cpus=1, max_retries=max_retries)(fn)
         traces = {p.trace_hash: p.trace_path for p in points}
         trefs = {h: ray.put(load_trace(path)) for h, path in traces.items()}
-        refs = {task.remote(p, trefs[p.trace_hash]): p for p in points}
+        refs = {task.remote(p, trefs[p.trace_hash]): p for p in points}  # type: ignore[arg-type]
         while refs:
             (ref,), _ = ray.wait(list(refs), num_returns=1)
             p = refs.pop(ref)

@@ -239,7 +239,7 @@ class Scheduler:
             self._admit(plan, self.max_num_batched_tokens, now, step)
             if plan.scheduled:
                 return plan
-        running, kv = self.running, self.kv
+        running = self.running
         i = 0
         while i < len(running):
             r = running[i]

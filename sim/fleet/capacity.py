@@ -1,0 +1,193 @@
+"""Replica capacity: the highest QPS one replica sustains within the SLO, with a CI.
+
+For each replication (seed) we draw a window of the trace (``workload.draw_window``) and find
+the highest mean arrival rate at which the replica still passes the SLO (``slo.evaluate``,
+judged on the Wilson lower bound), by
+
+1. bracketing: start at ``q_start`` (the demand), double or halve until pass/fail flips;
+2. bisecting the bracket in log space ``iters`` times (3 iterations of a 2x bracket = 9 %;
+   the spread between seeds is usually wider than that).
+
+The first ``warmup`` share of a window's requests is left out of the SLO check (the replica
+starts empty). Capacity is the mean over seeds with a Student-t confidence interval. The
+binding constraint is read off the lowest failing probe, i.e. just above capacity.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.stats import t as student_t
+
+from sim.budget import compute_budget
+from sim.errors import ConfigError
+from sim.fleet.binding import Diagnostics, classify, diagnose
+from sim.fleet.candidate import Candidate
+from sim.fleet.router import replay_fleet
+from sim.fleet.slo import Slo, SloEval, evaluate
+from sim.fleet.workload import at_qps, draw_window, to_trace
+from sim.run import memory_breakdown
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSpec:
+    """How to search (shared by all candidates)."""
+
+    slo: Slo
+    base: dict[str, Any]          # SimConfig settings common to all candidates (model, cost...)
+    q_start: float
+    q_min: float
+    q_max: float
+    iters: int = 3
+    window: int = 2000
+    keep: float = 0.9
+    warmup: float = 0.1
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    qps: float
+    passed: bool
+    attainment: float
+    attainment_lower: float
+    ttft_p99: float
+    tpot_p99: float
+    wall_s: float
+    stopped_early: bool = False
+
+
+@dataclass(slots=True)
+class SeedCapacity:
+    candidate: Candidate
+    rep: int
+    qps: float                                  # highest passing probe (0 if none)
+    probes: list[Probe] = field(default_factory=list)
+    at_capacity: dict[str, float] = field(default_factory=dict)   # metrics of the passing run
+    above: Diagnostics | None = None            # diagnostics of the lowest failing run
+    hit_ceiling: bool = False
+    error: str = ""
+
+
+def _metrics(req: pd.DataFrame, steps: pd.DataFrame, preemptions: int, pool_slots: int,
+             ev: SloEval) -> dict[str, float]:
+    mem = memory_breakdown(steps)
+
+    def pct(col: str, q: float) -> float:
+        v = req[col].dropna().to_numpy()
+        return float(np.percentile(v, q)) if len(v) else math.nan
+
+    return {
+        "attainment": ev.attainment, "attainment_lower": ev.attainment_lower,
+        "ttft_p50": pct("ttft_s", 50), "ttft_p99": pct("ttft_s", 99),
+        "tpot_p50": pct("tpot_s", 50), "tpot_p99": pct("tpot_s", 99),
+        "kv_util": 1.0 - mem["free"] if len(steps) else 0.0,
+        "frag_share": mem["internal_frag"] + mem["external_frag"],
+        "preempt_per_1k": 1000.0 * preemptions / max(len(req), 1),
+        "kv_tokens": float(pool_slots),
+    }
+
+
+def _probe(cand: Candidate, spec: SearchSpec, window: pd.DataFrame, qps: float
+           ) -> tuple[Probe, dict[str, float], Diagnostics]:
+    """One replica, one rate. A 1-replica routed replay is bit-identical to ``simulate`` and
+    can stop as soon as the SLO can no longer pass (``sim.fleet.monitor``)."""
+    t0 = time.perf_counter()
+    cfg = cand.config(spec.base)
+    trace = to_trace(at_qps(window, qps), "<window>")
+    skip = int(len(trace.df) * spec.warmup)
+    res = replay_fleet([cfg], trace, "round-robin", stop_on_fail=(spec.slo, skip))
+    req = res.requests.iloc[skip:]
+    ev = evaluate(req, spec.slo)
+    b = compute_budget(cfg)
+    steps = res.steps[0]
+    diag = diagnose(steps, len(res.requests), res.preemptions[0], b.max_num_seqs,
+                    b.max_num_batched_tokens, ev.failing)
+    m = _metrics(req, steps, res.preemptions[0], b.pool_slots, ev)
+    probe = Probe(qps, ev.passed, ev.attainment, ev.attainment_lower, m["ttft_p99"], m["tpot_p99"],
+                  time.perf_counter() - t0, res.aborted)
+    return probe, m, diag
+
+
+def search_seed(cand: Candidate, spec: SearchSpec, rep: int, trace_df: pd.DataFrame) -> SeedCapacity:
+    """Bracket then bisect the max passing QPS for one replication (runs in a worker)."""
+    out = SeedCapacity(cand, rep, 0.0)
+    try:
+        compute_budget(cand.config(spec.base))  # fail fast on shapes that do not fit
+    except ConfigError as e:
+        out.error = str(e)
+        return out
+    window = draw_window(trace_df, spec.seed, rep, spec.window, spec.keep)
+    lo, hi = 0.0, math.inf
+
+    def run(q: float) -> bool:
+        nonlocal lo, hi
+        p, m, d = _probe(cand, spec, window, q)
+        out.probes.append(p)
+        if p.passed and q > lo:
+            lo, out.at_capacity = q, m
+        elif not p.passed and q < hi:
+            hi, out.above = q, d
+        return p.passed
+
+    q = min(max(spec.q_start, spec.q_min), spec.q_max)
+    if run(q):
+        while hi == math.inf and q < spec.q_max:
+            q = min(q * 2, spec.q_max)
+            run(q)
+        out.hit_ceiling = hi == math.inf
+    else:
+        while lo == 0.0 and q > spec.q_min:
+            q = max(q / 2, spec.q_min)
+            run(q)
+    if lo > 0 and hi < math.inf:
+        for _ in range(spec.iters):
+            run(math.sqrt(lo * hi))
+    out.qps = lo
+    return out
+
+
+@dataclass(slots=True)
+class CapacityEstimate:
+    candidate: Candidate
+    qps: float                 # mean over seeds
+    ci_low: float
+    ci_high: float
+    seeds: list[SeedCapacity]
+    at_capacity: dict[str, float]
+    binding: str
+    diagnostics: dict[str, Any]
+    error: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return not self.error and self.qps > 0
+
+
+def combine(cand: Candidate, seeds: list[SeedCapacity], confidence: float = 0.95) -> CapacityEstimate:
+    """Mean capacity over seeds, a Student-t CI, averaged metrics and the majority binding."""
+    errs = [s.error for s in seeds if s.error]
+    if errs:
+        return CapacityEstimate(cand, 0.0, 0.0, 0.0, seeds, {}, "does-not-fit", {}, errs[0])
+    q = np.array([s.qps for s in seeds])
+    mean = float(q.mean())
+    if len(q) > 1:
+        half = float(student_t.ppf(0.5 + confidence / 2, len(q) - 1) * q.std(ddof=1) / math.sqrt(len(q)))
+    else:
+        half = 0.0
+    caps = [s.at_capacity for s in seeds if s.at_capacity]
+    metrics = {k: float(np.nanmean([c[k] for c in caps])) for k in caps[0]} if caps else {}
+    above = [s.above for s in seeds if s.above is not None]
+    if above:
+        labels = [classify(d) for d in above]
+        binding = max(set(labels), key=labels.count)
+        diag = {k: float(np.mean([getattr(d, k) for d in above]))
+                for k in ("queued_share", "kv_full_share", "seq_cap_share", "token_cap_share", "preempt_per_1k")}
+    else:
+        binding, diag = "none (search ceiling)", {}
+    return CapacityEstimate(cand, mean, max(0.0, mean - half), mean + half, seeds, metrics, binding, diag)

@@ -1,0 +1,183 @@
+"""The planner: candidates -> per-replica capacity -> fleet size -> routed validation -> table.
+
+::
+
+    for gpu, tp, knobs in grid:                       # candidate.py
+        capacity[c] = bisect QPS over seeds           # capacity.py (parallel: local / Ray)
+    N[c] = ceil(peak_qps x (1 + headroom) / capacity[c]) + k
+    best knobs per (gpu, tp) = max capacity per GPU
+    validate N by a routed replay of the full trace   # validate.py, router.py
+    autoscale schedule vs static peak                 # autoscale.py
+    rank passing rows by $/1M output tokens           # (= $/h: same demand for every row)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.fleet import autoscale
+from sim.fleet.candidate import Candidate, grid
+from sim.fleet.capacity import CapacityEstimate, SearchSpec, combine, search_seed
+from sim.fleet.executor import run_tasks
+from sim.fleet.prices import GpuPrice, PricePoint
+from sim.fleet.slo import Slo
+from sim.fleet.table import build_table
+from sim.fleet.validate import ValidateTask, Validation, validate_fleet
+from sim.fleet.workload import mean_rate, peak_rate, rate_timeline, scale_rate
+
+
+@dataclass(frozen=True, slots=True)
+class PlanSpec:
+    gpus: list[str]
+    tps: list[int]
+    slo: Slo
+    base: dict[str, Any]                       # SimConfig settings shared by all candidates
+    prices: dict[str, GpuPrice]
+    knobs: dict[str, list[Any]] = field(default_factory=dict)
+    rate_scale: float = 1.0
+    target_qps: float | None = None
+    router: str = "least-outstanding-tokens"
+    n_plus_k: int = 0
+    headroom: float = 0.0
+    replications: int = 3
+    seed: int = 0
+    window: int = 2000
+    iters: int = 3
+    peak_window_s: float = 300.0
+    bucket_s: float = 60.0
+    cold_start_s: float = 120.0
+    price_point: PricePoint = "typical"
+    validate: bool = True
+    backend: str = "local"
+    workers: int = 1
+    address: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    mean_qps: float
+    peak_qps: float
+    scale: float               # applied to the trace's arrival rate
+    mean_output_tokens: float
+    mean_total_tokens: float
+    duration_s: float
+
+
+@dataclass(slots=True)
+class Plan:
+    spec: PlanSpec
+    demand: Demand
+    table: pd.DataFrame
+    capacities: list[CapacityEstimate]
+    validations: dict[Candidate, Validation]
+    autoscale: pd.DataFrame | None
+    autoscale_cost: autoscale.AutoscaleCost | None
+    scaled: pd.DataFrame
+
+    @property
+    def best(self) -> pd.Series | None:
+        return self.table.iloc[0] if len(self.table) else None
+
+
+Progress = Callable[[str, int, int], None]
+
+
+def _search_task(task: tuple[Candidate, SearchSpec, int], df: pd.DataFrame) -> Any:
+    cand, spec, rep = task
+    return search_seed(cand, spec, rep, df)
+
+
+def _validate_task(task: ValidateTask, df: pd.DataFrame) -> Validation:
+    return validate_fleet(task, df)
+
+
+def measure_demand(df: pd.DataFrame, spec: PlanSpec) -> tuple[pd.DataFrame, Demand]:
+    """Scale the trace (``--rate-scale`` or ``--target-qps``) and measure mean and peak QPS."""
+    rate0 = mean_rate(df["arrival_s"].to_numpy(np.float64))
+    scale = spec.target_qps / rate0 if spec.target_qps else spec.rate_scale
+    scaled = scale_rate(df, scale)
+    a = scaled["arrival_s"].to_numpy(np.float64)
+    return scaled, Demand(
+        mean_qps=mean_rate(a), peak_qps=peak_rate(a, spec.peak_window_s), scale=scale,
+        mean_output_tokens=float(scaled["output_tokens"].mean()),
+        mean_total_tokens=float((scaled["output_tokens"] + scaled["prompt_tokens"]).mean()),
+        duration_s=float(a[-1] - a[0]) if len(a) > 1 else 0.0)
+
+
+def size(peak_qps: float, capacity: float, headroom: float = 0.0) -> int:
+    """Replicas so that ``replicas x capacity >= peak x (1 + headroom)`` (0 if capacity is 0)."""
+    if capacity <= 0:
+        return 0
+    return max(1, math.ceil(peak_qps * (1 + headroom) / capacity - 1e-9))
+
+
+def capacities(spec: PlanSpec, cands: list[Candidate], scaled: pd.DataFrame, demand: Demand,
+               progress: Progress | None = None) -> list[CapacityEstimate]:
+    search = SearchSpec(slo=spec.slo, base=spec.base, q_start=demand.peak_qps,
+                        q_min=demand.peak_qps / 256, q_max=demand.peak_qps * 256, iters=spec.iters,
+                        window=spec.window, seed=spec.seed)
+    tasks = [(c, search, r) for c in cands for r in range(spec.replications)]
+    done = [0]
+
+    def tick(i: int, _: Any) -> None:
+        done[0] += 1
+        if progress:
+            progress("capacity", done[0], len(tasks))
+
+    res = run_tasks(_search_task, tasks, scaled, backend=spec.backend, workers=spec.workers,
+                    address=spec.address, on_done=tick)
+    by: dict[Candidate, list[Any]] = {}
+    for (c, _, _), r in zip(tasks, res, strict=True):
+        by.setdefault(c, []).append(r)
+    return [combine(c, by[c]) for c in cands]
+
+
+def best_per_shape(caps: list[CapacityEstimate]) -> list[CapacityEstimate]:
+    """The knob setting with the most QPS per GPU for each (gpu, tp)."""
+    best: dict[tuple[str, int], CapacityEstimate] = {}
+    for c in caps:
+        key = (c.candidate.gpu, c.candidate.tp)
+        if c.feasible and (key not in best or c.qps > best[key].qps):
+            best[key] = c
+    return list(best.values())
+
+
+def validate(spec: PlanSpec, caps: list[CapacityEstimate], scaled: pd.DataFrame, demand: Demand,
+             progress: Progress | None = None) -> dict[Candidate, Validation]:
+    tasks = [ValidateTask(c.candidate, spec.base, size(demand.peak_qps, c.qps, spec.headroom),
+                          spec.slo, spec.router) for c in best_per_shape(caps)]
+    done = [0]
+
+    def tick(i: int, _: Any) -> None:
+        done[0] += 1
+        if progress:
+            progress("validation", done[0], len(tasks))
+
+    res = run_tasks(_validate_task, tasks, scaled, backend=spec.backend, workers=spec.workers,
+                    address=spec.address, on_done=tick)
+    return {t.candidate: v for t, v in zip(tasks, res, strict=True)}
+
+
+def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None) -> Plan:
+    """The whole pipeline on a trace frame (normalized columns)."""
+    scaled, demand = measure_demand(df, spec)
+    cands = grid(spec.gpus, spec.tps, spec.knobs)
+    caps = capacities(spec, cands, scaled, demand, progress)
+    vals = validate(spec, caps, scaled, demand, progress) if spec.validate else {}
+    t, rate = rate_timeline(scaled["arrival_s"].to_numpy(np.float64), spec.bucket_s)
+    table = build_table(spec, demand, caps, vals, (t, rate))
+    sched = cost = None
+    if len(table) and table.iloc[0]["max_qps_per_replica"] > 0:
+        top = table.iloc[0]
+        pol = autoscale.AutoscalePolicy(bucket_s=spec.bucket_s, cold_start_s=spec.cold_start_s,
+                                        headroom=spec.headroom, n_plus_k=spec.n_plus_k)
+        sched = autoscale.schedule(t, rate, float(top["max_qps_per_replica"]), pol)
+        cost = autoscale.costs(sched, int(top["replicas"]), float(top["cost_per_hour"]) / int(top["replicas"]),
+                               spec.bucket_s)
+    return Plan(spec, demand, table, caps, vals, sched, cost, scaled)

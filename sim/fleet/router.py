@@ -1,0 +1,204 @@
+"""Many replicas behind a router, in ONE SimPy environment (the routed fleet replay).
+
+::
+
+    trace --> Router --(policy)--> Replica 0 (scheduler + KV + cost)
+                               \\-> Replica 1
+                                \\> ...
+
+The router is a SimPy process that sleeps until each arrival and hands the request to the
+replica the policy picks (``Replica.submit`` wakes an idle one). Every replica's
+``next_arrival`` hint points at the router's next arrival, so decode fast-forward never runs
+past a submit. Policies are plain functions ``(request, replicas, state) -> index``:
+
+- ``round-robin``: 0, 1, 2, ... regardless of load;
+- ``least-outstanding-tokens``: the replica with the fewest tokens still to process,
+  divided by its ``weight`` (for mixed GPU types);
+- ``prefix-affinity``: a stable hash of the request's first prefix block picks the replica
+  (so requests sharing a prefix share a cache); falls back to least-outstanding-tokens when a
+  request has no prefix content or its replica is over 2x the mean load (bounded load).
+
+``active(t)`` (optional) limits routing to the first ``active(t)`` replicas, for replaying an
+autoscaled fleet.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from sim.config import SimConfig
+from sim.engine import Replica
+from sim.errors import ConfigError
+from sim.fleet.monitor import SloMonitor
+from sim.fleet.slo import Slo
+from sim.request import Request
+from sim.run import build, make_requests, rejecter, request_frame
+from workloads.schema import Trace
+
+POLICIES = ("round-robin", "least-outstanding-tokens", "prefix-affinity")
+BOUNDED_LOAD = 2.0
+
+
+@dataclass(slots=True)
+class RouterState:
+    weights: list[float]
+    block_size: int
+    counter: int = 0
+
+
+Policy = Callable[[Request, Sequence[Replica], RouterState], int]
+
+
+def round_robin(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
+    i = st.counter % len(reps)
+    st.counter += 1
+    return i
+
+
+def least_outstanding(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
+    loads = [r.outstanding_tokens / st.weights[i] for i, r in enumerate(reps)]
+    best = min(loads)
+    ties = [i for i, v in enumerate(loads) if v == best]
+    st.counter += 1
+    return ties[st.counter % len(ties)]  # rotate among ties (e.g. all idle)
+
+
+def prefix_key(req: Request, block_size: int) -> int | None:
+    """Stable 32-bit key of the request's first prefix block, or None without content."""
+    c = req.content
+    if not isinstance(c, tuple) or not c:
+        return None
+    if c[0] == "ids":
+        first = c[1][:block_size]
+    elif c[0] == "hash":
+        first = c[1][:1]
+    else:
+        first = (c[1],)
+    return zlib.crc32(np.asarray(first, dtype=np.int64).tobytes())
+
+
+def prefix_affinity(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
+    key = prefix_key(req, st.block_size)
+    if key is None:
+        return least_outstanding(req, reps, st)
+    i = key % len(reps)
+    loads = [r.outstanding_tokens for r in reps]
+    if loads[i] > BOUNDED_LOAD * max(sum(loads) / len(loads), 1.0) + 8192:
+        return least_outstanding(req, reps, st)
+    return i
+
+
+POLICY_FUNCS: dict[str, Policy] = {
+    "round-robin": round_robin, "least-outstanding-tokens": least_outstanding,
+    "prefix-affinity": prefix_affinity,
+}
+
+
+def policy(name: str) -> Policy:
+    if name not in POLICY_FUNCS:
+        raise ConfigError(f"--router {name!r}: expected one of {', '.join(POLICIES)}")
+    return POLICY_FUNCS[name]
+
+
+class Router:
+    def __init__(self, env: simpy.Environment, reps: Sequence[Replica], reqs: list[Request],
+                 choose: Policy, state: RouterState, active: Callable[[float], int] | None = None) -> None:
+        self.env, self.reps, self.reqs, self.choose, self.state = env, reps, reqs, choose, state
+        self.active = active
+        self.assigned = np.full(len(reqs), -1, dtype=np.int64)
+        self._next = 0
+        env.process(self._run())
+
+    def next_arrival(self) -> float:
+        return self.reqs[self._next].arrival_s if self._next < len(self.reqs) else math.inf
+
+    def _run(self):  # type: ignore[no-untyped-def]
+        env = self.env
+        for i, r in enumerate(self.reqs):
+            if r.arrival_s > env.now:
+                yield env.timeout(r.arrival_s - env.now)
+            self._next = i + 1
+            n = len(self.reps) if self.active is None else max(1, min(self.active(env.now), len(self.reps)))
+            k = self.choose(r, self.reps[:n], self.state)
+            self.assigned[r.uid] = k
+            self.reps[k].submit(r)
+
+
+def _hint(rep: Replica, rt: Router) -> Callable[[], float]:
+    """Next arrival this replica may see: a submitted-but-unpulled request, or the router's next.
+
+    (Only the router's next arrival is not enough: a request submitted during a step sits in the
+    inbox until the loop pulls it, and fast-forward must not skip past it.)
+    """
+    own = rep._own_next_arrival
+    nxt = rt.next_arrival
+    return lambda: min(own(), nxt())
+
+
+@dataclass(slots=True)
+class FleetResult:
+    requests: pd.DataFrame            # request_frame columns + "replica"
+    steps: list[pd.DataFrame]         # one per replica
+    preemptions: list[int]
+    aborted: bool = False             # stopped early: the SLO verdict was already "fail"
+
+    def per_replica(self) -> pd.DataFrame:
+        g = self.requests.groupby("replica")
+        out = pd.DataFrame({"requests": g.size(), "tokens": g["prompt_tokens"].sum() + g["output_tokens"].sum(),
+                            "ttft_p99": g["ttft_s"].quantile(0.99), "tpot_p99": g["tpot_s"].quantile(0.99)})
+        out["preemptions"] = [self.preemptions[int(i)] for i in out.index]
+        return out
+
+
+def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str = "least-outstanding-tokens",
+                 *, weights: Sequence[float] | None = None,
+                 active: Callable[[float], int] | None = None,
+                 stop_on_fail: tuple[Slo, int] | None = None, checks: int = 40) -> FleetResult:
+    """Replay ``trace`` through ``len(cfgs)`` replicas (one config each) behind ``router``.
+
+    ``stop_on_fail=(slo, skip)`` checks ``checks`` times over the trace's span whether the SLO
+    (on requests ``skip:``) can still pass, and stops the replay when it cannot
+    (:mod:`sim.fleet.monitor`); unfinished requests then count as misses.
+    """
+    if not cfgs:
+        raise ConfigError("a fleet needs at least one replica")
+    choose = policy(router)
+    env = simpy.Environment()
+    reps, scheds = [], []
+    for cfg in cfgs:
+        budget, kv, sched, cost = build(cfg)
+        rep = Replica(env, sched, cost, block_bytes=budget.bytes_per_block, exact_steps=cfg.exact_steps,
+                      reject=rejecter(budget, kv, sched))
+        reps.append(rep)
+        scheds.append(sched)
+    reqs = make_requests(trace, cfgs[0])
+    state = RouterState(list(weights) if weights else [1.0] * len(cfgs), cfgs[0].block_size)
+    rt = Router(env, reps, reqs, choose, state, active)
+    for rep in reps:
+        rep.next_arrival = _hint(rep, rt)
+    aborted = False
+    if stop_on_fail is None:
+        env.run()
+    else:
+        aborted = _run_monitored(env, SloMonitor(stop_on_fail[0], reqs, stop_on_fail[1]), reqs, checks)
+    frame = request_frame(reqs)
+    frame["replica"] = rt.assigned
+    return FleetResult(frame, [r.log.frame() for r in reps], [int(s.num_preemptions) for s in scheds],
+                       aborted)
+
+
+def _run_monitored(env: simpy.Environment, monitor: SloMonitor, reqs: list[Request], checks: int) -> bool:
+    span = reqs[-1].arrival_s - reqs[0].arrival_s if reqs else 0.0
+    every = max(span / max(checks, 1), 1e-3)
+    while env.peek() < math.inf:
+        env.run(until=max(env.now, env.peek()) + every)
+        if monitor(env.now):
+            return True
+    return False

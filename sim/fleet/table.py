@@ -1,0 +1,89 @@
+"""The ranked plan table: one row per candidate, recommended (cheapest passing) row first."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from sim.fleet import autoscale
+from sim.fleet.capacity import CapacityEstimate
+from sim.fleet.validate import Validation
+
+if TYPE_CHECKING:
+    from sim.fleet.planner import Demand, PlanSpec
+
+COLUMNS = (
+    "gpu", "tp", "knobs", "replicas", "gpus", "replicas_math", "slo_pass", "validated",
+    "attainment", "attainment_lower", "max_qps_per_replica", "qps_ci_low", "qps_ci_high",
+    "peak_qps", "headroom_pct", "cost_per_hour", "cost_per_1m_out_tokens", "cost_per_1m_tokens",
+    "cost_per_day", "autoscale_cost_per_day", "price_per_gpu_hour", "price_unverified",
+    "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "kv_tokens", "kv_util", "frag_share",
+    "preempt_per_1k", "binding_constraint", "note",
+)
+
+
+def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation | None,
+         timeline: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
+    from sim.fleet.planner import size
+    c = cap.candidate
+    price = spec.prices[c.gpu]
+    usd_gpu = price.at(spec.price_point)
+    n_math = size(demand.peak_qps, cap.qps, spec.headroom)
+    n_base = val.replicas if val is not None else n_math
+    n = n_base + spec.n_plus_k if cap.feasible else 0
+    m = dict(cap.at_capacity)
+    if val is not None:
+        m.update(val.metrics)
+    per_hour = n * c.tp * usd_gpu if n else math.nan
+    out_tok_h = demand.mean_qps * demand.mean_output_tokens * 3600 / 1e6
+    tot_tok_h = demand.mean_qps * demand.mean_total_tokens * 3600 / 1e6
+    passed = bool(val.passed) if val is not None else cap.feasible
+    auto = math.nan
+    if cap.feasible and len(timeline[0]):
+        pol = autoscale.AutoscalePolicy(bucket_s=spec.bucket_s, cold_start_s=spec.cold_start_s,
+                                        headroom=spec.headroom, n_plus_k=spec.n_plus_k)
+        sch = autoscale.schedule(timeline[0], timeline[1], cap.qps, pol)
+        ac = autoscale.costs(sch, n, c.tp * usd_gpu, spec.bucket_s)
+        auto = ac.autoscale_cost / ac.hours * 24 if ac.hours else math.nan
+    notes = []
+    if cap.error:
+        notes.append(cap.error)
+    if val is not None and not val.passed:
+        notes.append(f"routed replay fails at {val.replicas} replicas")
+    if any(s.hit_ceiling for s in cap.seeds):
+        notes.append("capacity hit the search ceiling")
+    if price.unverified:
+        notes.append("price unverified")
+    return {
+        "gpu": c.gpu, "tp": c.tp, "knobs": c.knob_text, "replicas": n, "gpus": n * c.tp,
+        "replicas_math": n_math + spec.n_plus_k if cap.feasible else 0,
+        "slo_pass": passed and cap.feasible, "validated": val is not None,
+        "attainment": m.get("attainment", math.nan), "attainment_lower": m.get("attainment_lower", math.nan),
+        "max_qps_per_replica": cap.qps, "qps_ci_low": cap.ci_low, "qps_ci_high": cap.ci_high,
+        "peak_qps": demand.peak_qps,
+        "headroom_pct": 100 * (1 - demand.peak_qps / (n_base * cap.qps)) if cap.qps > 0 and n_base else math.nan,
+        "cost_per_hour": per_hour,
+        "cost_per_1m_out_tokens": per_hour / out_tok_h if out_tok_h else math.nan,
+        "cost_per_1m_tokens": per_hour / tot_tok_h if tot_tok_h else math.nan,
+        "cost_per_day": per_hour * 24, "autoscale_cost_per_day": auto,
+        "price_per_gpu_hour": usd_gpu, "price_unverified": price.unverified,
+        **{k: m.get(k, math.nan) for k in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "kv_tokens",
+                                          "kv_util", "frag_share", "preempt_per_1k")},
+        "binding_constraint": cap.binding, "note": "; ".join(notes),
+    }
+
+
+def build_table(spec: PlanSpec, demand: Demand, caps: list[CapacityEstimate],
+                vals: dict[Any, Validation], timeline: tuple[np.ndarray, np.ndarray]) -> pd.DataFrame:
+    """Rows sorted: validated passes, then unvalidated passes, then failures; cheapest first."""
+    rows = [_row(spec, demand, c, vals.get(c.candidate), timeline) for c in caps]
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    if df.empty:
+        return df
+    tier = np.where(df["slo_pass"] & df["validated"], 0, np.where(df["slo_pass"], 1, 2))
+    df = df.assign(_tier=tier, _cost=df["cost_per_hour"].fillna(np.inf), _hr=-df["headroom_pct"].fillna(0))
+    df = df.sort_values(["_tier", "_cost", "_hr", "gpu", "tp"], kind="stable")
+    return df.drop(columns=["_tier", "_cost", "_hr"]).reset_index(drop=True)

@@ -1,0 +1,104 @@
+"""(3) Sweep heatmaps over two keys, with the best cell under an SLO marked."""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from sim.errors import ConfigError
+from sim.plots.common import RunInfo, joined
+
+#: column -> (title with units, scale for display)
+METRICS: dict[str, tuple[str, float]] = {
+    "throughput_rps": ("throughput (req/s)", 1.0),
+    "ttft_p99_s": ("p99 TTFT (ms)", 1e3),
+    "tpot_p99_s": ("p99 TPOT (ms)", 1e3),
+    "preemptions_per_1k": ("preemptions per 1k requests", 1.0),
+    "mem_token_state": ("mean token-state share of the KV pool (%)", 100.0),
+}
+_OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, "<": operator.lt,
+                                                     ">=": operator.ge, ">": operator.gt}
+Slo = tuple[str, str, float]
+
+
+def parse_slo(items: Sequence[str]) -> list[Slo]:
+    """``["ttft_p99_s<=0.5", "tpot_p99_s<0.05"]`` -> [(metric, op, value), ...] (SI units)."""
+    out = []
+    for s in items:
+        m = re.fullmatch(r"\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*([0-9.eE+-]+)\s*", s)
+        if not m:
+            raise ConfigError(f"--slo {s!r}: expected METRIC<=VALUE, e.g. ttft_p99_s<=0.5")
+        out.append((m.group(1), m.group(2), float(m.group(3))))
+    return out
+
+
+def sweep_info(df: pd.DataFrame) -> RunInfo:
+    def col(c: str) -> str:
+        return joined([str(v) for v in df[c].dropna()]) if c in df and df[c].notna().any() else "?"
+    traces = [Path(str(t)).name for t in df["trace"].dropna()] if "trace" in df else ["?"]
+    return RunInfo(joined(traces), col("model"), col("gpu"), col("cost_model_name"))
+
+
+def best_cell(df: pd.DataFrame, x: str, y: str, slo: Sequence[Slo]) -> tuple[object, object] | None:
+    """(x, y) of the highest mean throughput among cells meeting every SLO (cell means)."""
+    cols = ["throughput_rps", *(m for m, _, _ in slo)]
+    for m in cols:
+        if m not in df:
+            raise ConfigError(f"--slo: no column {m!r} in the sweep (e.g. ttft_p99_s, tpot_p99_s)")
+    cells = df.groupby([x, y], dropna=False)[cols].mean()
+    ok = np.ones(len(cells), dtype=bool)
+    for m, op, v in slo:
+        ok &= np.array([_OPS[op](float(a), v) for a in cells[m]], dtype=bool)
+    if not ok.any():
+        return None
+    idx = cells[ok]["throughput_rps"].idxmax()
+    return idx[0], idx[1]
+
+
+def sweep_heatmaps(df: pd.DataFrame, x: str, y: str, *, metrics: Sequence[str] = tuple(METRICS),
+                   slo: Sequence[Slo] = ()) -> Figure:
+    """One heatmap per metric over (x, y); other varying keys are averaged (said in the title)."""
+    for k in (x, y):
+        if k not in df:
+            raise ConfigError(f"heatmap key {k!r} is not a column of the sweep")
+    ok = df[df["status"] == "ok"]
+    best = best_cell(ok, x, y, slo)
+    n = len(metrics)
+    cols = min(n, 3)
+    fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(5.2 * cols, 4.3 * ((n + cols - 1) // cols)),
+                             squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, m in zip(axes.flat, metrics, strict=False):
+        name, scale = METRICS.get(m, (m, 1.0))
+        piv = ok.pivot_table(index=y, columns=x, values=m, aggfunc="mean", dropna=False) * scale
+        im = ax.imshow(piv.to_numpy(dtype=float), cmap="viridis", aspect="auto", origin="lower")
+        ax.set_xticks(range(piv.shape[1]), [str(v) for v in piv.columns])
+        ax.set_yticks(range(piv.shape[0]), [str(v) for v in piv.index])
+        ax.set(xlabel=x, ylabel=y, title=name)
+        for (i, j), v in np.ndenumerate(piv.to_numpy(dtype=float)):
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7, color="white")
+        fig.colorbar(im, ax=ax, label=name)
+        if best is not None:
+            j, i = list(piv.columns).index(best[0]), list(piv.index).index(best[1])
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, ec="red", lw=2.5,
+                                   label="best throughput under SLO"))
+            ax.legend(loc="upper left", fontsize=7, bbox_to_anchor=(0, -0.18))
+    others = [c for c in ("allocator", "block_size", "gpu_memory_utilization", "seed", "reservation",
+                          "max_num_seqs", "preemption") if c in ok and c not in (x, y) and ok[c].nunique() > 1]
+    slo_txt = ", ".join(f"{m} {op} {v:g}" for m, op, v in slo) or "none"
+    verdict = "no cell meets the SLO" if best is None else f"best: {x}={best[0]}, {y}={best[1]}"
+    extra = f" | averaged over {', '.join(others)}" if others else ""
+    fig.suptitle(sweep_info(ok).title(f"Sweep over {x} x {y} | SLO: {slo_txt} ({verdict}){extra}"),
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
