@@ -20,13 +20,12 @@ from typing import Any
 import simpy
 
 from sim.cost import StepBatch, StepCostModel
+from sim.fastforward import fast_forward
 from sim.kv.paged import PagedAllocator
 from sim.kv.slab import SlabAllocator
 from sim.records import StepLog
 from sim.request import Request, Status
 from sim.sched.scheduler import Scheduler, StepPlan
-
-MIN_FF_STEPS = 1
 
 
 class Replica:
@@ -43,6 +42,7 @@ class Replica:
         check: bool = False,
         reject: Callable[[Request], str] | None = None,
         on_step: Callable[[Replica], None] | None = None,
+        on_progress: Callable[[Replica], None] | None = None,
     ) -> None:
         self.env, self.sched, self.kv, self.cost = env, sched, sched.kv, cost
         self.block_bytes = block_bytes
@@ -50,6 +50,7 @@ class Replica:
         self.check = check
         self.reject = reject
         self.on_step = on_step
+        self.on_progress = on_progress  # after every step or fast-forward window (cheap)
         self.inbox: list[Request] = []     # submitted requests, in arrival order
         self._cursor = 0
         self.log = StepLog()
@@ -128,8 +129,29 @@ class Replica:
             if self.on_step:
                 self.on_step(self)
             self.step += 1
-            if not self.exact_steps and not finished and not plan.num_preempted:
-                yield from self._fast_forward()
+            if self.on_progress:
+                self.on_progress(self)
+            if not self.exact_steps:
+                t = fast_forward(self, env.now)
+                if t > env.now:
+                    if self.on_progress:
+                        self.on_progress(self)
+                    yield from self._sleep_until(t)
+                    if self.check:
+                        self.kv.check(self._live())
+
+    def _sleep_until(self, t: float) -> Generator[simpy.Event, Any, None]:
+        """Advance SimPy time to exactly ``t`` (the fast-forward's float sum of step times).
+
+        ``now + (t - now)`` is not always ``t`` in floating point when ``t > 2 now``; a hop to
+        the midpoint first makes the second difference exact (Sterbenz), so the clock lands
+        on the same float an exact step-by-step run reaches.
+        """
+        env = self.env
+        if env.now + (t - env.now) != t:
+            yield env.timeout((t - env.now) / 2)
+        yield env.timeout(t - env.now)
+        assert env.now == t, (env.now, t)
 
     def _live(self) -> list[Request]:
         return list(self.sched.running)
@@ -194,106 +216,6 @@ class Replica:
                      plan.num_preempted, free_blocks, tok, res, internal, ext, free,
                      self.kv.shared_excess, plan.swap_out_blocks, plan.swap_in_blocks)
 
-    # ---- fast-forward -----------------------------------------------------------------------
-    def _fast_forward(self) -> Generator[simpy.Event, Any, None]:
-        """Apply a run of decode-only steps in bulk; see the module docstring."""
-        sched, kv, env = self.sched, self.kv, self.env
-        running = sched.running
-        R = len(running)
-        if R == 0 or sched.swapped or not sched.chunked_prefill or sched.max_num_batched_tokens < R:
-            return
-        min_left = math.inf
-        for r in running:
-            if r.num_tokens - r.num_computed_tokens != 1 or not r.num_output:
-                return
-            left = r.output_tokens - r.num_output
-            if left < min_left:
-                min_left = left
-        max_k = int(min_left)              # the last step may finish requests
-        if max_k < MIN_FF_STEPS:
-            return
-        paged = isinstance(kv, PagedAllocator)
-        B = kv.block_size if paged else 0
-        # block-boundary buckets: request r allocates at FF step s iff (c_r + s - 1) % B == 0
-        buckets: list[list[Request]] = [[] for _ in range(B)] if paged else []
-        if paged:
-            for r in running:
-                buckets[(1 - r.num_computed_tokens) % B].append(r)
-        # can the waiting head be admitted (now, or at any step of the window)?
-        admit_blocked = self._admission_blocked(len(buckets[1 % B]) if paged else 0)
-        horizon = math.inf if admit_blocked else self.next_arrival()
-        free0 = kv.num_free_blocks
-        comp0 = sum(r.num_computed_tokens for r in running)
-        ctx = comp0
-        pages = sum(len(r.blocks) for r in running) if paged else 0
-        t = env.now
-        step_cost, log, block_bytes = self.cost.step_time, self.log, self.block_bytes
-        need_total = 0
-        k = 0
-        applied = False
-        slab_bd = kv.breakdown(running) if isinstance(kv, SlabAllocator) else None
-        while k < max_k:
-            s = k + 1
-            if t >= horizon:
-                break
-            need = len(buckets[s % B]) if paged else 0
-            if need_total + need > free0:
-                break
-            if admit_blocked and self.next_arrival() <= t:
-                self._pull(t)
-            # ---- step s ----
-            if need:
-                new = kv.get_new_blocks(need)  # type: ignore[union-attr]
-                for r, b in zip(buckets[s % B], new, strict=True):
-                    r.blocks.append(b)
-            need_total += need
-            pages += need
-            ctx += R
-            dt = step_cost(StepBatch(0, 0, 0.0, 0, R, ctx, pages, B, 0, 0, block_bytes))
-            if paged and kv.enable_caching:  # type: ignore[union-attr]
-                # (c_r + s) % B == 0: this step's token fills r's last block -> register it
-                for r in buckets[(s + 1) % B]:
-                    kv._register(r, r.num_computed_tokens + s)  # type: ignore[union-attr]
-            if s == max_k:
-                # the last step finishes requests: materialise the window, then finish as update() does
-                for r in running:
-                    r.num_computed_tokens += s
-                    r.num_output += s
-                    r.num_tokens += s
-                applied = True
-                self._finish_bulk(t + dt)
-                bd = self._breakdown()
-                n_run = len(sched.running)
-            elif paged:
-                bd = self._paged_breakdown(ctx)
-                n_run = R
-            else:
-                tok0, res0, internal, ext, fr = slab_bd  # type: ignore[misc]
-                bd = (tok0 + s * R, res0 - s * R, internal, ext, fr)
-                n_run = R
-            log.row(self.step, t, dt, n_run, sched.num_waiting, 0, R, 0,
-                    kv.num_free_blocks, *bd, kv.shared_excess, 0, 0)
-            t += dt
-            self.busy_s += dt
-            self.step += 1
-            k = s
-        if k == 0:
-            return
-        if not applied:
-            for r in running:
-                r.num_computed_tokens += k
-                r.num_output += k
-                r.num_tokens += k
-        self.ff_steps += k
-        delay = t - env.now
-        while env.now + delay < t:
-            delay = math.nextafter(delay, math.inf)
-        while env.now + delay > t:
-            delay = math.nextafter(delay, -math.inf)
-        yield env.timeout(delay)
-        if self.check:
-            kv.check(self._live())
-
     def _finish_bulk(self, end: float) -> None:
         """Finish the requests whose last token was sampled in the step ending at ``end``."""
         sched = self.sched
@@ -306,21 +228,3 @@ class Replica:
             r.status = Status.FINISHED
             r.finish_s, r.finish_step = end, self.step
         self.finished.extend(finished)
-
-    def _admission_blocked(self, first_step_need: int) -> bool:
-        """True if no waiting request can be admitted at any step of a decode-only window."""
-        sched, kv = self.sched, self.kv
-        R = len(sched.running)
-        if sched.max_num_seqs <= R or sched.max_num_batched_tokens - R <= 0:
-            return True
-        head = sched._peek()
-        if head is None or sched.priority:
-            return False  # an arrival may be admitted (or jump the priority queue)
-        if isinstance(kv, SlabAllocator):
-            return kv.chunk_slots(head) > kv.placement.largest_free()
-        hits = kv.get_computed_blocks(head) if head.num_computed_tokens == 0 else []
-        n = head.num_tokens - len(hits) * kv.block_size
-        n = min(n, sched.max_num_batched_tokens - R)
-        return kv.can_allocate(head, n, hits, full_sequence_must_fit=sched.reserve_full_isl,
-                               apply_watermark=True,
-                               free=kv.free_queue.size - first_step_need) < 0

@@ -16,23 +16,23 @@ STEP_COLUMNS = (
 
 
 class StepLog:
-    """Column store; ``row(...)`` appends one step in STEP_COLUMNS order."""
+    """One tuple per step in STEP_COLUMNS order (a single append on the hot path)."""
 
-    __slots__ = ("cols",)
+    __slots__ = ("rows",)
 
     def __init__(self) -> None:
-        self.cols: tuple[list[Any], ...] = tuple([] for _ in STEP_COLUMNS)
+        self.rows: list[tuple[Any, ...]] = []
 
     def row(self, *values: Any) -> None:
-        for c, v in zip(self.cols, values, strict=True):
-            c.append(v)
+        self.rows.append(values)
 
     def __len__(self) -> int:
-        return len(self.cols[0])
+        return len(self.rows)
 
     def frame(self) -> pd.DataFrame:
         data = {}
-        for name, col in zip(STEP_COLUMNS, self.cols, strict=True):
+        cols = list(zip(*self.rows, strict=True)) if self.rows else [() for _ in STEP_COLUMNS]
+        for name, col in zip(STEP_COLUMNS, cols, strict=True):
             dtype = np.float64 if name in ("start_s", "duration_s") else np.int64
             data[name] = np.asarray(col, dtype=dtype)
         return pd.DataFrame(data)

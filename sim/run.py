@@ -85,7 +85,7 @@ def make_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
     hids = df["hash_ids"].tolist() if "hash_ids" in df else None
     tph = df["tokens_per_hash"].to_numpy(np.int64).tolist() if "tokens_per_hash" in df else None
     caching = bool(cfg.resolved("enable_prefix_caching"))
-    fork = cfg.resolved("sharing") == "fork-cow"
+    fork = cfg.resolved("sharing") == "fork-cow" and cfg.allocator == "paged"
     out: list[Request] = []
     for i in range(len(arrival)):
         content: object = None
@@ -123,8 +123,8 @@ def build(cfg: SimConfig) -> tuple[KvBudget, PagedAllocator | SlabAllocator, Sch
     else:
         slots = budget.available_kv_bytes // budget.bytes_per_token
         kv = SlabAllocator(int(slots), budget.max_model_len, cfg.reservation, cfg.slab_placement)
-    fork = cfg.resolved("sharing") == "fork-cow"
-    if fork and (cfg.resolved("chunked_prefill") or cfg.resolved("enable_prefix_caching") or cfg.allocator != "paged"):
+    fork = cfg.resolved("sharing") == "fork-cow" and cfg.allocator == "paged"  # slabs never share
+    if fork and (cfg.resolved("chunked_prefill") or cfg.resolved("enable_prefix_caching")):
         raise ConfigError("--sharing fork-cow (paper-v0) needs the paged allocator, no chunked prefill and "
                           "no prefix caching: use --preset paper-v0")
     cpu_blocks = int(cfg.swap_space * 2**30 // budget.bytes_per_block) if cfg.preemption == "swap" else 0
@@ -161,22 +161,29 @@ def rejecter(budget: KvBudget, kv: PagedAllocator | SlabAllocator, sched: Schedu
 
 # ---- running -------------------------------------------------------------------------------------
 def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any = None,
-             load_s: float = 0.0) -> SimResult:
-    """Run one replica over the trace. ``check=True`` verifies allocator invariants every step."""
+             load_s: float = 0.0, on_step: Callable[[Replica], None] | None = None) -> SimResult:
+    """Run one replica over the trace. ``check=True`` verifies allocator invariants every step.
+
+    ``on_step(replica)`` is called after every step that runs one at a time; fast-forwarded
+    steps skip it, so pass ``exact_steps=True`` in the config to see every step.
+    """
     t0 = time.perf_counter()
     budget, kv, sched, cost = build(cfg)
     reqs = make_requests(trace, cfg)
     env = simpy.Environment()
-    on_step = None
+    on_progress = None
     if progress is not None:
         total = len(reqs)
+        state = {"last": -1}
 
-        def on_step(rep: Replica) -> None:
-            if rep.step % 512 == 0:
+        def on_progress(rep: Replica) -> None:
+            if rep.step - state["last"] >= 2048:
+                state["last"] = rep.step
                 progress(len(rep.finished) + len(rep.rejected), total)
 
     rep = Replica(env, sched, cost, block_bytes=budget.bytes_per_block, exact_steps=cfg.exact_steps,
-                  check=check, reject=rejecter(budget, kv, sched), on_step=on_step)
+                  check=check, reject=rejecter(budget, kv, sched), on_step=on_step,
+                  on_progress=on_progress)
     rep.inbox.extend(reqs)
     env.run()
     if check:

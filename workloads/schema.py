@@ -62,14 +62,15 @@ class Trace:
 
 
 def content_hash(df: pd.DataFrame) -> str:
+    """Stable hash of the normalized columns (values, not object identities)."""
     h = hashlib.sha256()
     for col in (c for c in COLUMNS if c in df.columns):
         h.update(col.encode())
         s = df[col]
-        if s.dtype == object:
-            h.update(repr(s.tolist()).encode())
-        else:
+        if pd.api.types.is_numeric_dtype(s.dtype):
             h.update(np.ascontiguousarray(s.to_numpy()).tobytes())
+        else:
+            h.update(repr([list(v) if isinstance(v, np.ndarray) else v for v in s.tolist()]).encode())
     return h.hexdigest()[:16]
 
 

@@ -135,7 +135,10 @@ class PagedAllocator:
                 if j >= shared_upto:
                     key = unique_base - j
                     bh[b] = key
-                    cache[key] = b
+                    if key in cache:  # the request's own block from before a preemption
+                        self._dups.setdefault(key, []).append(b)
+                    else:
+                        cache[key] = b
                     continue
                 key = self.block_key(req, j)
                 bh[b] = key

@@ -169,6 +169,20 @@ class Scheduler:
                 self._admit(plan, budget, now, step)
         return plan
 
+    def _hopeless(self, r: Request, has_running: bool) -> bool:
+        """True if the full-ISL admission check must fail whatever the prefix probe finds.
+
+        A request with no shareable content can only hit its own blocks from before a
+        preemption; those sit in the free queue (ref 0) and count against capacity, so its
+        need is exactly cdiv(num_tokens, B). Same decision as probing, much cheaper when a
+        blocked head is retried every step.
+        """
+        kv = self.kv
+        if not (self.reserve_full_isl and isinstance(kv, PagedAllocator)) or r.content is not None:
+            return False
+        wm = kv.watermark_blocks if has_running else 0
+        return cdiv(r.num_tokens, kv.block_size) + wm > kv.free_queue.size
+
     def _alloc(self, r: Request, n: int) -> bool:
         """allocate_slots, preceded in fork mode by copy-on-write of a shared partial last block."""
         kv = self.kv
@@ -186,6 +200,8 @@ class Scheduler:
             r = self._peek()
             if r is None:
                 break
+            if self._hopeless(r, bool(running)):
+                break  # head-of-line blocking, decided without probing the prefix cache
             hits = kv.get_computed_blocks(r) if r.num_computed_tokens == 0 else []
             hit_tokens = len(hits) * kv.block_size
             n = r.num_tokens - hit_tokens
