@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.patheffects import withStroke
 
 from sim.errors import ConfigError
 from sim.plots.common import RunInfo, joined
@@ -63,6 +64,11 @@ def best_cell(df: pd.DataFrame, x: str, y: str, slo: Sequence[Slo]) -> tuple[obj
     return idx[0], idx[1]
 
 
+def _tick(v: object) -> str:
+    """A collapsed key (e.g. block_size under allocator=slab) is NA: show it as n/a."""
+    return "n/a" if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else str(v)
+
+
 def sweep_heatmaps(df: pd.DataFrame, x: str, y: str, *, metrics: Sequence[str] = tuple(METRICS),
                    slo: Sequence[Slo] = ()) -> Figure:
     """One heatmap per metric over (x, y); other varying keys are averaged (said in the title)."""
@@ -81,12 +87,13 @@ def sweep_heatmaps(df: pd.DataFrame, x: str, y: str, *, metrics: Sequence[str] =
         name, scale = METRICS.get(m, (m, 1.0))
         piv = ok.pivot_table(index=y, columns=x, values=m, aggfunc="mean", dropna=False) * scale
         im = ax.imshow(piv.to_numpy(dtype=float), cmap="viridis", aspect="auto", origin="lower")
-        ax.set_xticks(range(piv.shape[1]), [str(v) for v in piv.columns])
-        ax.set_yticks(range(piv.shape[0]), [str(v) for v in piv.index])
+        ax.set_xticks(range(piv.shape[1]), [_tick(v) for v in piv.columns])
+        ax.set_yticks(range(piv.shape[0]), [_tick(v) for v in piv.index])
         ax.set(xlabel=x, ylabel=y, title=name)
         for (i, j), v in np.ndenumerate(piv.to_numpy(dtype=float)):
             if np.isfinite(v):
-                ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7, color="white")
+                ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7, color="white",
+                        path_effects=[withStroke(linewidth=2, foreground="black")])
         fig.colorbar(im, ax=ax, label=name)
         if best is not None:
             j, i = list(piv.columns).index(best[0]), list(piv.index).index(best[1])
