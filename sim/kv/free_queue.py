@@ -14,25 +14,23 @@ from collections.abc import Iterable
 
 
 class FreeQueue:
-    __slots__ = ("_head", "_next", "_prev", "_tail", "in_queue", "size")
+    __slots__ = ("_head", "_next", "_prev", "_tail", "size")
 
     def __init__(self, num_blocks: int, initial: Iterable[int]) -> None:
         self._head, self._tail = num_blocks, num_blocks + 1
         self._next = [-1] * (num_blocks + 2)
         self._prev = [-1] * (num_blocks + 2)
-        self.in_queue = [False] * num_blocks
         self._next[self._head], self._prev[self._tail] = self._tail, self._head
         self.size = 0
         self.append_n(list(initial))
 
     def popleft_n(self, n: int) -> list[int]:
         """Remove and return the first ``n`` blocks (caller checked ``n <= size``)."""
-        nxt, inq = self._next, self.in_queue
+        nxt = self._next
         out = []
         b = nxt[self._head]
         for _ in range(n):
             out.append(b)
-            inq[b] = False
             b = nxt[b]
         nxt[self._head] = b
         self._prev[b] = self._head
@@ -41,12 +39,11 @@ class FreeQueue:
 
     def pop_n(self, n: int) -> list[int]:
         """Remove and return the last ``n`` blocks, last first (stack order, paper-v0)."""
-        prv, inq = self._prev, self.in_queue
+        prv = self._prev
         out = []
         b = prv[self._tail]
         for _ in range(n):
             out.append(b)
-            inq[b] = False
             b = prv[b]
         prv[self._tail] = b
         self._next[b] = self._tail
@@ -57,18 +54,16 @@ class FreeQueue:
         nxt, prv = self._next, self._prev
         p, n = prv[b], nxt[b]
         nxt[p], prv[n] = n, p
-        self.in_queue[b] = False
         self.size -= 1
 
     def append_n(self, blocks: list[int]) -> None:
         """Add at the tail, keeping the given order."""
         if not blocks:
             return
-        nxt, prv, inq = self._next, self._prev, self.in_queue
+        nxt, prv = self._next, self._prev
         last = prv[self._tail]
         for b in blocks:
             nxt[last], prv[b] = b, last
-            inq[b] = True
             last = b
         nxt[last], prv[self._tail] = self._tail, last
         self.size += len(blocks)
@@ -77,11 +72,10 @@ class FreeQueue:
         """Add at the front, keeping the given order (the first element becomes the head)."""
         if not blocks:
             return
-        nxt, prv, inq = self._next, self._prev, self.in_queue
+        nxt, prv = self._next, self._prev
         first = nxt[self._head]
         for b in reversed(blocks):
             nxt[b], prv[first] = first, b
-            inq[b] = True
             first = b
         nxt[self._head], prv[first] = first, self._head
         self.size += len(blocks)

@@ -157,8 +157,8 @@ class PagedAllocator:
         self.evictions += 1
         if self.cache.get(key) == b:
             extra = self._dups.get(key)
-            if extra:
-                self.cache[key] = extra.pop()
+            if extra:  # the next block registered under this hash, as vLLM's per-hash dict
+                self.cache[key] = extra.pop(0)
                 if not extra:
                     del self._dups[key]
             else:
