@@ -63,6 +63,7 @@ class SimConfig(BaseModel):
     max_model_len: int | None = Field(None, ge=1)
     enable_prefix_caching: bool | None = None
     policy: Literal["fcfs", "priority"] = "fcfs"
+    victim: Literal["last", "priority", "fewest-tokens"] | None = None  # None: follows --policy
     long_prefill_token_threshold: int = Field(0, ge=0)
     # fidelity switches (None = preset default)
     preset: Preset = "vllm-0.33"

@@ -29,7 +29,7 @@ from sim.errors import ConfigError
 from sim.kv.paged import PagedAllocator, cdiv
 from sim.kv.slab import SlabAllocator
 from sim.request import Request, Status
-from sim.sched.policies import victim_last, victim_lowest_priority
+from sim.sched.policies import VICTIMS
 from sim.sched.scheduler import Scheduler
 from sim.specs import resolve_gpu, resolve_model
 from workloads.schema import Trace
@@ -130,7 +130,8 @@ def build(cfg: SimConfig) -> tuple[KvBudget, PagedAllocator | SlabAllocator, Sch
     cpu_blocks = int(cfg.swap_space * 2**30 // budget.bytes_per_block) if cfg.preemption == "swap" else 0
     sched = Scheduler(
         kv, max_num_seqs=budget.max_num_seqs, max_num_batched_tokens=budget.max_num_batched_tokens,
-        policy=cfg.policy, choose_victim=victim_lowest_priority if cfg.policy == "priority" else victim_last,
+        policy=cfg.policy,
+        choose_victim=VICTIMS[cfg.victim or ("priority" if cfg.policy == "priority" else "last")],
         reserve_full_isl=bool(cfg.resolved("reserve_full_isl")),
         chunked_prefill=bool(cfg.resolved("chunked_prefill")),
         long_prefill_token_threshold=cfg.long_prefill_token_threshold,

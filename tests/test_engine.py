@@ -166,3 +166,21 @@ def test_roofline_is_labelled_uncalibrated(bundled_trace) -> None:
     res = simulate(make_config(max_model_len=8192), bundled_trace)
     assert "uncalibrated" in res.summary["cost_model"]
     assert np.isfinite(res.summary["ttft_s"]["p99"])
+
+
+def test_victim_choice_is_a_plain_pluggable_policy(bundled_trace) -> None:
+    from sim.request import Request
+    from sim.sched.policies import victim_fewest_tokens, victim_last, victim_lowest_priority
+
+    rs = [Request(uid=i, request_id=str(i), arrival_s=float(i), prompt_tokens=10, output_tokens=5,
+                  priority=p) for i, p in enumerate([0, 2, 1])]
+    for r, c in zip(rs, [30, 5, 12], strict=True):
+        r.num_computed_tokens = c
+    assert victim_last(rs) == 2
+    assert victim_fewest_tokens(rs) == 1
+    assert victim_lowest_priority(rs) == 1
+    kw = dict(num_gpu_blocks=900, max_model_len=8192)
+    last = simulate(make_config(**kw), bundled_trace)
+    fewest = simulate(make_config(victim="fewest-tokens", **kw), bundled_trace)
+    assert last.summary["preemptions"] > 0
+    assert not last.requests["num_preemptions"].equals(fewest.requests["num_preemptions"])

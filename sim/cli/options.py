@@ -30,6 +30,7 @@ NGB = Annotated[int | None, typer.Option("--num-gpu-blocks", help="Override the 
 KVM = Annotated[str | None, typer.Option("--kv-memory", help="KV cache size with units, e.g. 50GB or 12GiB.")]
 Preset = Annotated[str | None, typer.Option("--preset", help="vllm-0.33 | vllm-v1-legacy | paper-v0")]
 Policy = Annotated[str | None, typer.Option("--policy", help="fcfs | priority")]
+Victim = Annotated[str | None, typer.Option("--victim", help="Preemption victim: last (vLLM FCFS) | priority | fewest-tokens")]
 Exact = Annotated[bool | None, typer.Option("--exact-steps/--fast-forward", help="Step one at a time (slower; identical results).")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="YAML file with the same keys as the flags.")]
 

@@ -72,7 +72,8 @@ def register(app: typer.Typer) -> None:
         enable_prefix_caching: o.EPC = None, allocator: o.Alloc = None, reservation: o.Res = None,
         preemption: o.Pre = None, swap_space: o.Swap = None, cost_model: o.Cost = None,
         calibration: o.Calib = None, seed: o.Seed = None, num_gpu_blocks: o.NGB = None,
-        kv_memory: o.KVM = None, preset: o.Preset = None, policy: o.Policy = None, exact_steps: o.Exact = None,
+        kv_memory: o.KVM = None, preset: o.Preset = None, policy: o.Policy = None, victim: o.Victim = None,
+        exact_steps: o.Exact = None,
     ) -> None:
         """Replay a trace through the KV allocator and scheduler; write requests/steps/summary."""
         flags = {k: v for k, v in locals().items() if k not in ("trace", "out", "format", "skip_bad", "check", "config")}
