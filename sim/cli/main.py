@@ -17,6 +17,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+@app.callback()
+def _root() -> None:
+    """KV-cache memory simulator and GPU capacity planner for LLM serving."""
+
+
 # Sub-command modules. Each exposes either `register(app)` (top-level commands) or
 # `app` (a command group named by GROUPS[module]).
 COMMAND_MODULES = ("sim.cli.simulate", "sim.cli.budget", "sim.cli.sweep", "sim.cli.plot",
@@ -24,8 +29,18 @@ COMMAND_MODULES = ("sim.cli.simulate", "sim.cli.budget", "sim.cli.sweep", "sim.c
 GROUPS = {"sim.cli.trace": "trace", "sim.cli.calibrate": "calibrate"}
 
 
-def _load() -> None:
-    for mod in (*COMMAND_MODULES, *GROUPS):
+# command name -> module, so `kvsim trace info` does not import matplotlib, scipy or Ray
+COMMANDS = {"simulate": "sim.cli.simulate", "budget": "sim.cli.budget", "sweep": "sim.cli.sweep",
+            "plot": "sim.cli.plot", "report": "sim.cli.report", "plan": "sim.cli.plan",
+            "trace": "sim.cli.trace", "calibrate": "sim.cli.calibrate"}
+_loaded: set[str] = set()
+
+
+def _load(only: tuple[str, ...] | None = None) -> None:
+    for mod in only or (*COMMAND_MODULES, *GROUPS):
+        if mod in _loaded:
+            continue
+        _loaded.add(mod)
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:
@@ -39,7 +54,8 @@ def _load() -> None:
 
 
 def main() -> None:
-    _load()
+    first = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    _load((COMMANDS[first],) if first in COMMANDS else None)
     try:
         app(standalone_mode=False)
     except KvsimError as e:
