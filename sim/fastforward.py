@@ -14,8 +14,9 @@ through the scheduler's own ``_admit`` on the real (eagerly updated) block pool,
 simulated exactly; a new request whose prefill completes joins the decoders. The window ends
 (before the step) when a step could preempt (its block needs exceed the free blocks) or the
 token budget could not cover every decoder, and (after the step) when a chunked prefill
-remains. Finishing steps materialise the counts, finish exactly as ``Scheduler.update`` does,
-and the window restarts.
+remains. Requests are also bucketed by the step that samples their last token; in that
+step they are materialised and finished exactly as ``Scheduler.update`` does (in running
+order, which ``Request.seq`` records), and the window goes on.
 
 Everything the exact path computes -- block ids and their order, hash registrations,
 StepBatch integers, float sums of step times, per-step records -- is computed here in the
@@ -24,13 +25,12 @@ same order, so ``--exact-steps`` gives identical output (tested).
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from sim.cost import StepBatch
-from sim.kv.paged import PagedAllocator
+from sim.kv.paged import UNIQUE_BASE, PagedAllocator
 from sim.kv.slab import SlabAllocator
-from sim.request import Request
+from sim.request import Request, Status
 from sim.sched.scheduler import StepPlan
 
 if TYPE_CHECKING:
@@ -42,29 +42,27 @@ def fast_forward(rep: Replica, t: float) -> float:
     sched = rep.sched
     if sched.swapped or not sched.chunked_prefill or sched.fork_cow:
         return t
-    while True:
-        t, restart = _window(rep, t)
-        if not restart:
-            return t
-        if sched.swapped:  # pragma: no cover - swap never starts inside a window
-            return t
+    return _window(rep, t)
 
 
-def _window(rep: Replica, t: float) -> tuple[float, bool]:
-    """One window from materialised state. Returns (end time, whether to start another)."""
+def _window(rep: Replica, t: float) -> float:
+    """One window from materialised state; returns its end time."""
     sched, kv = rep.sched, rep.kv
     running = sched.running
     R = len(running)
     max_batched = sched.max_num_batched_tokens
     if R == 0 or max_batched < R:
-        return t, False
-    finish_at = math.inf
+        return t
+    fin: dict[int, list[Request]] = {}  # window step -> requests whose last token it samples
     for r in running:
         if r.num_tokens - r.num_computed_tokens != 1 or not r.num_output:
-            return t, False
+            return t
+    for r in running:
         left = r.output_tokens - r.num_output
-        if left < finish_at:
-            finish_at = left
+        if left in fin:
+            fin[left].append(r)
+        else:
+            fin[left] = [r]
     paged = isinstance(kv, PagedAllocator)
     B = kv.block_size if paged else 1
     caching = paged and kv.enable_caching  # type: ignore[union-attr]
@@ -86,8 +84,10 @@ def _window(rep: Replica, t: float) -> tuple[float, bool]:
     null_slots = (kv.num_blocks - kv.usable_blocks) * B if paged else 0  # type: ignore[union-attr]
     usable = kv.usable_blocks if paged else 0  # type: ignore[union-attr]
     fq = kv.free_queue if paged else None  # type: ignore[union-attr]
+    bh = kv.block_hash if paged else []  # type: ignore[union-attr]
+    cache = kv.cache if paged else {}  # type: ignore[union-attr]
     s = 0
-    while True:
+    while decoders:
         s1 = s + 1
         bucket = buckets[s1 % B] if paged else []
         if len(bucket) > kv.num_free_blocks or decoders > max_batched:
@@ -102,12 +102,28 @@ def _window(rep: Replica, t: float) -> tuple[float, bool]:
             pages += len(bucket)
         if caching:
             for r in buckets[(s1 + 1) % B]:
-                kv._register(r, r.num_computed_tokens + s1)  # type: ignore[union-attr]
+                upto = r.num_computed_tokens + s1
+                j = r.num_registered
+                if r.content is None and upto // B == j + 1 and bh[r.blocks[j]] is None:
+                    # == kv._register(r, upto) for one unique-content block, inlined
+                    b = r.blocks[j]
+                    key = -(r.uid * UNIQUE_BASE + 1) - j
+                    bh[b] = key
+                    if key in cache:
+                        kv._dups.setdefault(key, []).append(b)  # type: ignore[union-attr]
+                    else:
+                        cache[key] = b
+                    r.num_registered = j + 1
+                else:
+                    kv._register(r, upto)  # type: ignore[union-attr]
         plan = None
-        if sched.num_waiting and len(running) < max_seqs:
+        nw = sched.num_waiting
+        if nw and len(running) < max_seqs:
             plan = StepPlan()
             sched._admit(plan, max_batched - decoders, t, rep.step)
-            if not plan.scheduled:
+            if plan.scheduled:
+                nw = sched.num_waiting
+            else:
                 plan = None
         ctx = c0_sum + decoders * s1
         if plan is None:
@@ -121,7 +137,6 @@ def _window(rep: Replica, t: float) -> tuple[float, bool]:
         dt = step_cost(batch)
         end = t + dt
         # ---- outcome ----
-        finishing = s1 >= finish_at
         partial: set[int] = set()
         if plan is not None:
             for r, n in plan.scheduled:
@@ -132,8 +147,6 @@ def _window(rep: Replica, t: float) -> tuple[float, bool]:
                     if r.first_token_s < 0:
                         r.first_token_s = end
                     left = r.output_tokens - r.num_output
-                    if left <= 0:
-                        finishing = True
                     # join the decoders at virtual start c0 = computed - s1
                     r.num_computed_tokens -= s1
                     r.num_output -= s1
@@ -144,44 +157,70 @@ def _window(rep: Replica, t: float) -> tuple[float, bool]:
                     if paged:
                         buckets[(1 - c0) % B].append(r)
                         pages += len(r.blocks)
-                    if s1 + left < finish_at:
-                        finish_at = s1 + left
+                    if s1 + left in fin:
+                        fin[s1 + left].append(r)
+                    else:
+                        fin[s1 + left] = [r]
                     if slab_sums is not None:
                         slab_sums = _slab_add(slab_sums, r)
                 else:
                     partial.add(r.uid)  # a chunked prefill remains: the next step is exact
         s = s1
-        chunked = bool(partial)
-        if finishing or chunked:
+        if partial:  # a chunked prefill remains: materialise, finish, hand over to exact steps
             _materialise(running, s, partial)
             rep._finish_bulk(end)
-            bd = rep._breakdown()
-        elif paged:
-            # == rep._paged_breakdown(comp), inlined for the hot path
-            free = fq.size  # type: ignore[union-attr]
-            excess = kv.shared_excess
-            internal = (usable - free + excess) * B - (c0_sum + decoders * s)
-            log_row((rep.step, t, dt, len(running), sched.num_waiting, batch.prefill_tokens,
-                     batch.num_decode_seqs, 0, free, (usable - free) * B - internal, 0, internal,
-                     null_slots, free * B, excess, 0, 0))
+            log.row(rep.step, t, dt, len(running), sched.num_waiting, batch.prefill_tokens,
+                    batch.num_decode_seqs, 0, kv.num_free_blocks, *rep._breakdown(),
+                    kv.shared_excess, 0, 0)
             t = end
             rep.busy_s += dt
             rep.step += 1
             rep.ff_steps += 1
-            continue
+            return t
+        done = fin.pop(s1, None)
+        if done:
+            # finish as Scheduler.update does: in running order, freeing each request's blocks
+            done.sort(key=_seq)
+            for r in done:
+                c0 = r.num_computed_tokens
+                c0_sum -= c0
+                decoders -= 1
+                if paged:
+                    buckets[(1 - c0) % B].remove(r)
+                    pages -= len(r.blocks)
+                elif slab_sums is not None:
+                    slab_sums = _slab_add(slab_sums, r, -1)
+                r.num_computed_tokens += s1
+                r.num_output += s1
+                r.num_tokens += s1
+                kv.free(r)
+                r.status = Status.FINISHED
+                r.finish_s, r.finish_step = end, rep.step
+            running[:] = [r for r in running if r.status is not Status.FINISHED]
+            rep.finished.extend(done)
+        if paged:
+            # == rep._paged_breakdown(comp), inlined for the hot path
+            free = fq.size  # type: ignore[union-attr]
+            excess = kv.shared_excess
+            internal = (usable - free + excess) * B - (c0_sum + decoders * s)
+            log_row((rep.step, t, dt, len(running), nw, batch.prefill_tokens,
+                     batch.num_decode_seqs, 0, free, (usable - free) * B - internal, 0, internal,
+                     null_slots, free * B, excess, 0, 0))
         else:
             bd = _slab_breakdown(kv, slab_sums, c0_sum + decoders * s)  # type: ignore[arg-type]
-        log.row(rep.step, t, dt, len(sched.running), sched.num_waiting, batch.prefill_tokens,
-                batch.num_decode_seqs, 0, kv.num_free_blocks, *bd, kv.shared_excess, 0, 0)
+            log_row((rep.step, t, dt, len(running), sched.num_waiting, batch.prefill_tokens,
+                     batch.num_decode_seqs, 0, 0, *bd, 0, 0, 0))
         t = end
         rep.busy_s += dt
         rep.step += 1
         rep.ff_steps += 1
-        if finishing or chunked:
-            return t, not chunked
     if s:
         _materialise(running, s, set())
-    return t, False
+    return t
+
+
+def _seq(r: Request) -> int:
+    return r.seq
 
 
 def _materialise(running: list[Request], s: int, real: set[int]) -> None:
@@ -199,8 +238,9 @@ def _slab_sums(running: list[Request]) -> tuple[int, int, int]:
             sum(r.chunk_size for r in running))
 
 
-def _slab_add(sums: tuple[int, int, int], r: Request) -> tuple[int, int, int]:
-    return sums[0] + r.final_tokens, sums[1] + r.requested_slots, sums[2] + r.chunk_size
+def _slab_add(sums: tuple[int, int, int], r: Request, sign: int = 1) -> tuple[int, int, int]:
+    return (sums[0] + sign * r.final_tokens, sums[1] + sign * r.requested_slots,
+            sums[2] + sign * r.chunk_size)
 
 
 def _slab_breakdown(kv: SlabAllocator, sums: tuple[int, int, int], tok: int) -> tuple[int, int, int, int, int]:

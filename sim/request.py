@@ -36,6 +36,7 @@ class Request:
     beam: bool = False             # the group is a beam search (members re-fork every step)
     num_tokens: int = 0            # prompt + generated so far (kept in step with num_output)
     status: Status = Status.WAITING
+    seq: int = -1                  # position key in the running list (set when appended)
     num_computed_tokens: int = 0
     num_output: int = 0
     blocks: list[int] = field(default_factory=list)

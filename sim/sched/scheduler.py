@@ -70,6 +70,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self._heap: list[tuple[int, float, int, Request]] = []
         self.running: list[Request] = []
+        self._seq = 0
         self.swapped: deque[Request] = deque()
         self.fork_cow = fork_cow          # paper-v0 sharing: groups forked, copy-on-write
         self.rng = rng if rng is not None else np.random.default_rng(0)
@@ -101,6 +102,12 @@ class Scheduler:
             heapq.heappop(self._heap)
         else:
             self.waiting.popleft()
+
+    def _run(self, req: Request) -> None:
+        """Append to the running list; ``seq`` orders requests as the list does."""
+        req.seq = self._seq
+        self._seq += 1
+        self.running.append(req)
 
     def _prepend(self, req: Request) -> None:
         if self.priority:
@@ -223,7 +230,7 @@ class Scheduler:
                 f.status = Status.RUNNING
                 f.first_scheduled_s, f.first_scheduled_step = now, step
                 f.prefix_hit_tokens = 0
-                running.append(f)
+                self._run(f)
                 plan.scheduled.append((f, n))
                 plan.free_riders.add(f.uid)
             resumed = r.status == Status.PREEMPTED
@@ -238,7 +245,7 @@ class Scheduler:
                 r.prefix_hit_tokens = hit_tokens
             if r.first_scheduled_step < 0:
                 r.first_scheduled_s, r.first_scheduled_step = now, step
-            running.append(r)
+            self._run(r)
             plan.scheduled.append((r, n))
             budget -= n
 
@@ -312,7 +319,7 @@ class Scheduler:
             plan.swap_in_blocks += need
             r.status = Status.RUNNING
             kv.allocate_slots(r, n)
-            self.running.append(r)
+            self._run(r)
             plan.scheduled.append((r, n))
             budget -= n
         return budget
