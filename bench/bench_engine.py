@@ -28,11 +28,11 @@ CONFIG = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_
 
 def run(trace, exact: bool) -> dict[str, float]:
     cfg = make_config(exact_steps=exact, **CONFIG)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(cfg, trace)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     s = res.summary
-    return {"wall_s": wall, "requests": s["num_requests"], "finished": s["num_finished"],
+    return {"wall_s": wall, "cpu_s": cpu, "requests": s["num_requests"], "finished": s["num_finished"],
             "steps": s["num_steps"], "ff_steps": s["fast_forward_steps"],
             "preemptions": s["preemptions"], "kv_usage": s["kv_usage_mean"],
             "req_per_s": s["num_requests"] / wall, "steps_per_s": s["num_steps"] / wall}
@@ -50,7 +50,7 @@ def main() -> None:
     if not a.skip_exact:
         rows.append(("--exact-steps", run(trace, exact=True)))
     for name, r in rows:
-        print(f"{name:24s} wall {r['wall_s']:6.2f} s | {r['req_per_s']:8.0f} simulated req/s | "
+        print(f"{name:24s} wall {r['wall_s']:6.2f} s (cpu {r['cpu_s']:5.2f} s) | {r['req_per_s']:8.0f} simulated req/s | "
               f"{r['steps_per_s']:8.0f} steps/s | steps {r['steps']:,} (ff {r['ff_steps']:,}) | "
               f"finished {r['finished']:,} | preemptions {r['preemptions']:,} | KV use {100 * r['kv_usage']:.1f}%")
     ff = rows[0][1]
