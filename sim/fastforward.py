@@ -80,6 +80,8 @@ def _window(rep: Replica, t: float) -> float:
     step_cost, log, bb = rep.cost.step_time, rep.log, rep.block_bytes
     max_seqs = sched.max_num_seqs
     inbox = rep.inbox
+    # replicas fed live by a router (fleet replay) carry the router's next-arrival hint
+    routed = rep.next_arrival != rep._own_next_arrival
     log_row = log.rows.append
     null_slots = (kv.num_blocks - kv.usable_blocks) * B if paged else 0  # type: ignore[union-attr]
     usable = kv.usable_blocks if paged else 0  # type: ignore[union-attr]
@@ -92,6 +94,8 @@ def _window(rep: Replica, t: float) -> float:
         bucket = buckets[s1 % B] if paged else []
         if len(bucket) > kv.num_free_blocks or decoders > max_batched:
             break  # this step could preempt, or not every decoder fits the budget: go exact
+        if routed and t >= rep.next_arrival():
+            break  # a router may submit before this step starts: let SimPy run it first
         # ---- step s1: arrivals, the running pass (decodes), admissions ----
         if rep._cursor < len(inbox) and inbox[rep._cursor].arrival_s <= t:
             rep._pull(t)

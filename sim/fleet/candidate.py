@@ -31,7 +31,7 @@ class Candidate:
     def config(self, base: dict[str, Any]) -> SimConfig:
         """The SimConfig of one replica: ``base`` settings plus this candidate's."""
         kw = dict(base, gpu=self.gpu, tensor_parallel_size=self.tp, **dict(self.knobs))
-        return make_config("plan", **kw)
+        return make_config("flags", **kw)
 
 
 def grid(gpus: list[str], tps: list[int], knobs: dict[str, list[Any]]) -> list[Candidate]:

@@ -33,6 +33,9 @@ from sim.fleet.slo import Slo, SloEval, evaluate
 from sim.fleet.workload import at_qps, draw_window, to_trace
 from sim.run import memory_breakdown
 
+KEEP = 0.9     # thinning: share of a window's requests kept
+WARMUP = 0.1   # share of a window's first requests left out of the SLO check
+
 
 @dataclass(frozen=True, slots=True)
 class SearchSpec:
@@ -45,8 +48,8 @@ class SearchSpec:
     q_max: float
     iters: int = 3
     window: int = 2000
-    keep: float = 0.9
-    warmup: float = 0.1
+    keep: float = KEEP
+    warmup: float = WARMUP
     seed: int = 0
 
 
@@ -106,8 +109,11 @@ def _probe(cand: Candidate, spec: SearchSpec, window: pd.DataFrame, qps: float
     ev = evaluate(req, spec.slo)
     b = compute_budget(cfg)
     steps = res.steps[0]
+    # a run stopped early counts its unfinished requests as misses of every target: take the
+    # targets that were certain to fail from the monitor instead
+    failing = res.failing if res.aborted else ev.failing
     diag = diagnose(steps, len(res.requests), res.preemptions[0], b.max_num_seqs,
-                    b.max_num_batched_tokens, ev.failing)
+                    b.max_num_batched_tokens, failing)
     m = _metrics(req, steps, res.preemptions[0], b.pool_slots, ev)
     probe = Probe(qps, ev.passed, ev.attainment, ev.attainment_lower, m["ttft_p99"], m["tpot_p99"],
                   time.perf_counter() - t0, res.aborted)

@@ -49,21 +49,24 @@ class SloMonitor:
             out[metric] = arrived & (m | rej)
         return out
 
-    def __call__(self, now: float) -> bool:
+    def failing(self, now: float) -> tuple[str, ...]:
+        """Names of the targets (as in ``SloEval.failing``) already certain to fail."""
         n = len(self.reqs)
         if n == 0:
-            return False
+            return ()
         miss = self.misses(now)
-        conf = self.slo.confidence
-        for t in self.slo.targets:
-            # the strictest threshold per metric is what misses() used: only sound for it
-            if t.seconds == self.slo.thresholds()[t.metric] and \
-                    wilson_lower(n - int(miss[t.metric].sum()), n, conf) < t.quantile:
-                return True
+        conf, strictest = self.slo.confidence, self.slo.thresholds()
+        out = [t.name for t in self.slo.targets
+               # misses() used the strictest threshold per metric: only sound for that target
+               if t.seconds == strictest[t.metric]
+               and wilson_lower(n - int(miss[t.metric].sum()), n, conf) < t.quantile]
         if self.slo.attainment is not None:
             joint = np.zeros(n, dtype=bool)
             for m in miss.values():
                 joint |= m
             if wilson_lower(n - int(joint.sum()), n, conf) < self.slo.attainment:
-                return True
-        return False
+                out.append(f"joint>={self.slo.attainment:g}")
+        return tuple(out)
+
+    def __call__(self, now: float) -> bool:
+        return bool(self.failing(now))

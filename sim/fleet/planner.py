@@ -20,13 +20,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
+from sim.errors import ConfigError
 from sim.fleet import autoscale
+from sim.fleet.autoscale import AutoscaleCost
 from sim.fleet.candidate import Candidate, grid
-from sim.fleet.capacity import CapacityEstimate, SearchSpec, combine, search_seed
+from sim.fleet.capacity import KEEP, WARMUP, CapacityEstimate, SearchSpec, combine, search_seed
 from sim.fleet.executor import run_tasks
 from sim.fleet.prices import GpuPrice, PricePoint
-from sim.fleet.slo import Slo
+from sim.fleet.slo import Slo, wilson_lower
 from sim.fleet.table import build_table
 from sim.fleet.validate import ValidateTask, Validation, validate_fleet
 from sim.fleet.workload import mean_rate, peak_rate, rate_timeline, scale_rate
@@ -77,7 +80,7 @@ class Plan:
     capacities: list[CapacityEstimate]
     validations: dict[Candidate, Validation]
     autoscale: pd.DataFrame | None
-    autoscale_cost: autoscale.AutoscaleCost | None
+    autoscale_cost: AutoscaleCost | None
     scaled: pd.DataFrame
 
     @property
@@ -164,8 +167,22 @@ def validate(spec: PlanSpec, caps: list[CapacityEstimate], scaled: pd.DataFrame,
     return {t.candidate: v for t, v in zip(tasks, res, strict=True)}
 
 
+def check_window(spec: PlanSpec, num_requests: int) -> None:
+    """A p99 target cannot pass on the Wilson lower bound with too few requests (even with no
+    miss, the bound of n/n is 1 / (1 + z^2/n)): refuse a window that small up front."""
+    n = int(min(spec.window, num_requests) * KEEP * (1 - WARMUP))
+    need = max([t.quantile for t in spec.slo.targets] + [spec.slo.attainment or 0.0])
+    if wilson_lower(n, n, spec.slo.confidence) < need:
+        z2 = float(norm.ppf(spec.slo.confidence)) ** 2
+        least = math.ceil(z2 * need / (1 - need) / (KEEP * (1 - WARMUP)))
+        raise ConfigError(f"--window {spec.window}: {n} requests per window cannot show a {need:g} share on "
+                          f"the {spec.slo.confidence:g} lower bound; use --window >= {least} (x3 for a useful "
+                          "margin) or a longer trace")
+
+
 def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None) -> Plan:
     """The whole pipeline on a trace frame (normalized columns)."""
+    check_window(spec, len(df))
     scaled, demand = measure_demand(df, spec)
     cands = grid(spec.gpus, spec.tps, spec.knobs)
     caps = capacities(spec, cands, scaled, demand, progress)

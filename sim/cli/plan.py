@@ -1,0 +1,234 @@
+"""`kvsim plan TRACE`: the cheapest GPU fleet that meets latency SLOs, why, and how sure."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sim.cli import options as o
+from sim.errors import ConfigError
+from sim.fleet.candidate import KNOBS, grid
+from sim.fleet.planner import Plan, PlanSpec, run_plan
+from sim.fleet.prices import load_prices
+from sim.fleet.router import POLICIES
+from sim.fleet.slo import QUANTILES, Slo, SloTarget
+from sim.specs import resolve_gpu, resolve_model
+
+Secs = Annotated[float | None, typer.Option(min=None)]
+
+
+def _list(text: str | None, kind: type, flag: str) -> list[Any]:
+    if text is None:
+        return []
+    out = []
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            raise ConfigError(f"{flag} {text!r}: empty item in the comma-separated list")
+        try:
+            out.append(kind(part))
+        except ValueError:
+            raise ConfigError(f"{flag} {text!r}: {part!r} is not a valid {kind.__name__}") from None
+    return out
+
+
+def build_slo(values: dict[str, float | None], attainment: float | None) -> Slo:
+    targets = []
+    for key, v in values.items():
+        if v is None:
+            continue
+        metric, q = key.split("_")
+        targets.append(SloTarget(metric, QUANTILES[q], float(v)))  # type: ignore[arg-type]
+    return Slo(tuple(targets), attainment)
+
+
+def rich_table(plan: Plan) -> Table:
+    d = plan.demand
+    t = Table(title=f"kvsim plan | peak {d.peak_qps:.1f} QPS (mean {d.mean_qps:.1f}) | {plan.spec.slo.describe()}")
+    for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("replicas (GPUs)", "right"), ("SLO", "center"),
+                 ("attain LCB", "right"), ("QPS/replica (95% CI)", "right"), ("headroom", "right"),
+                 ("$/h", "right"), ("$/1M out", "right"), ("$/day", "right"), ("KV util", "right"),
+                 ("preempt/1k", "right"), ("binding", "left")):
+        t.add_column(c, justify=j)  # type: ignore[arg-type]
+    for i, r in plan.table.iterrows():
+        ok = bool(r["slo_pass"])
+        price_flag = "*" if r["price_unverified"] else ""
+        knobs = "" if r["knobs"] == "defaults" else f" [{r['knobs']}]"
+        t.add_row(
+            str(int(i) + 1), f"{r['gpu']}{knobs}", str(r["tp"]), f"{r['replicas']} ({r['gpus']})",  # type: ignore[call-overload]
+            ("yes" if r["validated"] else "yes (math)") if ok else "no",
+            f"{100 * r['attainment_lower']:.2f}%" if r["attainment_lower"] == r["attainment_lower"] else "-",
+            f"{r['max_qps_per_replica']:.1f} ({r['qps_ci_low']:.1f}–{r['qps_ci_high']:.1f})",
+            f"{r['headroom_pct']:.0f}%" if r["headroom_pct"] == r["headroom_pct"] else "-",
+            f"{r['cost_per_hour']:,.2f}{price_flag}" if r["cost_per_hour"] == r["cost_per_hour"] else "-",
+            f"{r['cost_per_1m_out_tokens']:.3f}" if r["cost_per_1m_out_tokens"] == r["cost_per_1m_out_tokens"] else "-",
+            f"{r['cost_per_day']:,.0f}" if r["cost_per_day"] == r["cost_per_day"] else "-",
+            f"{100 * r['kv_util']:.0f}%" if r["kv_util"] == r["kv_util"] else "-",
+            f"{r['preempt_per_1k']:.1f}" if r["preempt_per_1k"] == r["preempt_per_1k"] else "-",
+            r["binding_constraint"], style=None if ok else "dim")
+    return t
+
+
+def _check(args: dict[str, Any]) -> None:
+    if args["rate_scale"] is not None and args["target_qps"] is not None:
+        raise ConfigError("--rate-scale and --target-qps are exclusive: give one")
+    for flag in ("rate_scale", "target_qps"):
+        v = args[flag]
+        if v is not None and not v > 0:
+            raise ConfigError(f"--{flag.replace('_', '-')} {v!r}: must be > 0")
+    if args["backend"] not in ("local", "ray"):
+        raise ConfigError(f"--backend {args['backend']!r}: expected local or ray")
+    if args["address"] and args["backend"] != "ray":
+        raise ConfigError("--address needs --backend ray")
+    if args["router"] not in POLICIES:
+        raise ConfigError(f"--router {args['router']!r}: expected one of {', '.join(POLICIES)}")
+    for flag, lo in (("seeds", 1), ("window", 50), ("workers", 1), ("search_iters", 0), ("n_plus_k", 0)):
+        if args[flag] < lo:
+            raise ConfigError(f"--{flag.replace('_', '-')} {args[flag]}: must be >= {lo}")
+    for flag in ("headroom", "cold_start"):
+        if args[flag] < 0:
+            raise ConfigError(f"--{flag.replace('_', '-')} {args[flag]}: must be >= 0")
+    for flag in ("peak_window", "bucket"):
+        if not args[flag] > 0:
+            raise ConfigError(f"--{flag.replace('_', '-')} {args[flag]}: must be > 0")
+    if args["price_point"] not in ("low", "typical", "high"):
+        raise ConfigError(f"--price-point {args['price_point']!r}: expected low, typical or high")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def plan(
+        trace: Annotated[Path, typer.Argument(help="Trace file (any format kvsim reads).")],
+        model: Annotated[str, typer.Option("--model", help="Catalog name or HF config.json.")] = "llama-3.1-8b",
+        gpu: Annotated[str, typer.Option("--gpu", help="Comma-separated catalog GPUs, e.g. h100,a100-80gb,l40s.")] = "h100",
+        tp: Annotated[str, typer.Option("--tp", help="Comma-separated tensor-parallel degrees, e.g. 1,2.")] = "1",
+        slo_ttft_p50: Secs = None, slo_ttft_p90: Secs = None, slo_ttft_p99: Secs = None,
+        slo_tpot_p50: Secs = None, slo_tpot_p90: Secs = None, slo_tpot_p99: Secs = None,
+        slo_e2e_p50: Secs = None, slo_e2e_p90: Secs = None, slo_e2e_p99: Secs = None,
+        attainment: Annotated[float | None, typer.Option(help="Joint share of requests meeting every SLO, e.g. 0.99.")] = None,
+        backend: Annotated[str, typer.Option(help="local (process pool) | ray")] = "local",
+        address: Annotated[str | None, typer.Option(help="Ray cluster address (with --backend ray).")] = None,
+        workers: Annotated[int, typer.Option(help="Parallel workers (local) / CPUs of a local Ray.")] = os.cpu_count() or 1,
+        rate_scale: Annotated[float | None, typer.Option(help="Multiply the trace's arrival rate.")] = None,
+        target_qps: Annotated[float | None, typer.Option(help="Rescale the trace to this mean QPS.")] = None,
+        prices: Annotated[Path | None, typer.Option(help="YAML of $/GPU-hour overrides.")] = None,
+        price_point: Annotated[str, typer.Option(help="low | typical | high catalog price.")] = "typical",
+        n_plus_k: Annotated[int, typer.Option(help="Spare replicas for failures (N+k).")] = 0,
+        headroom: Annotated[float, typer.Option(help="Extra capacity over peak, e.g. 0.2.")] = 0.0,
+        router: Annotated[str, typer.Option(help="round-robin | least-outstanding-tokens | prefix-affinity")] = "least-outstanding-tokens",
+        seeds: Annotated[int, typer.Option(help="Replications (trace windows) per candidate.")] = 3,
+        seed: Annotated[int, typer.Option(help="Base seed.")] = 0,
+        window: Annotated[int, typer.Option(help="Requests per capacity-search window.")] = 2000,
+        search_iters: Annotated[int, typer.Option(help="Bisection steps after bracketing.")] = 3,
+        peak_window: Annotated[float, typer.Option(help="Seconds over which peak demand is averaged.")] = 300.0,
+        bucket: Annotated[float, typer.Option(help="Autoscaler decision interval, seconds.")] = 60.0,
+        cold_start: Annotated[float, typer.Option(help="Seconds before a new replica serves.")] = 120.0,
+        validate: Annotated[bool, typer.Option("--validate/--no-validate", help="Routed replay of the full trace.")] = True,
+        gpu_memory_utilization: Annotated[str | None, typer.Option(help="Knob values to search, e.g. 0.9,0.95.")] = None,
+        block_size: Annotated[str | None, typer.Option(help="Knob values, e.g. 16,32.")] = None,
+        max_num_seqs: Annotated[str | None, typer.Option(help="Knob values, e.g. 128,256.")] = None,
+        max_num_batched_tokens: Annotated[str | None, typer.Option(help="Knob values, e.g. 2048,8192.")] = None,
+        allocator: Annotated[str | None, typer.Option(help="Knob values: paged,slab.")] = None,
+        preemption: Annotated[str | None, typer.Option(help="Knob values: recompute,swap.")] = None,
+        cost_model: o.Cost = None, calibration: o.Calib = None, preset: o.Preset = None,
+        max_model_len: o.MML = None, enable_prefix_caching: o.EPC = None,
+        format: Annotated[str | None, typer.Option("--format", help="Trace format override.")] = None,
+        out: Annotated[Path | None, typer.Option(help="Bundle directory (default reports/plan-<id>/).")] = None,
+    ) -> None:
+        """Find the cheapest fleet (GPU, TP, replicas, knobs) that meets the SLOs on TRACE."""
+        args = dict(locals())
+        _check(args)
+        slo = build_slo({k.removeprefix("slo_"): v for k, v in args.items() if k.startswith("slo_")}, attainment)
+        gpus = _list(gpu, str, "--gpu")
+        for g in gpus:
+            resolve_gpu(g)
+        tps = _list(tp, int, "--tp")
+        if any(t < 1 for t in tps):
+            raise ConfigError(f"--tp {tp!r}: degrees must be >= 1")
+        resolve_model(model)
+        kinds = {"gpu_memory_utilization": float, "block_size": int, "max_num_seqs": int,
+                 "max_num_batched_tokens": int, "allocator": str, "preemption": str}
+        knobs = {k: _list(args[k], kinds[k], "--" + k.replace("_", "-")) for k in KNOBS if args[k]}
+        base = {k: v for k, v in dict(model=model, cost_model=cost_model, calibration=calibration, preset=preset,
+                                      max_model_len=max_model_len, enable_prefix_caching=enable_prefix_caching).items()
+                if v is not None}
+        cands = grid([g.lower() for g in gpus], tps, knobs)
+        for c in cands:
+            c.config(base)  # flag-level errors (bad knob values) before any simulation
+        price_table = load_prices(prices)
+        spec = PlanSpec(
+            gpus=[g.lower() for g in gpus], tps=tps, slo=slo, base=base, prices=price_table, knobs=knobs,
+            rate_scale=rate_scale or 1.0, target_qps=target_qps, router=router, n_plus_k=n_plus_k,
+            headroom=headroom, replications=seeds, seed=seed, window=window, iters=search_iters,
+            peak_window_s=peak_window, bucket_s=bucket, cold_start_s=cold_start,
+            price_point=price_point,  # type: ignore[arg-type]
+            validate=validate, backend=backend, workers=workers, address=address)
+        from sim.fleet.report import sha256, versions, write_bundle
+        from workloads import load_trace
+        console = Console(stderr=True)
+        t0 = time.perf_counter()
+        tr = load_trace(trace, fmt=format)
+        inputs = _inputs(args, spec, tr, sha256(Path(tr.path)), versions(backend), len(cands))
+        out_dir = out or Path("reports") / f"plan-{_plan_id(inputs)}"
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=console, transient=True) as prog:
+            tasks: dict[str, Any] = {}
+
+            def progress(stage: str, done: int, total: int) -> None:
+                if stage not in tasks:
+                    tasks[stage] = prog.add_task(stage, total=total)
+                prog.update(tasks[stage], completed=done)
+
+            result = run_plan(tr.df, spec, progress)
+        wall = time.perf_counter() - t0
+        inputs["demand"] = {k: round(v, 4) for k, v in vars_of(result.demand).items()}
+        inputs["wall_s"] = round(wall, 1)
+        command = ["kvsim", "plan", *sys.argv[sys.argv.index("plan") + 1:]] if "plan" in sys.argv else ["kvsim", "plan", str(trace)]
+        if out is None:
+            command += ["--out", str(out_dir)]
+        paths = write_bundle(result, out_dir, inputs, command)
+        Console(width=200).print(rich_table(result))
+        console.print(f"planned {len(cands)} candidates in {wall:.1f} s ({backend}, {workers} workers); "
+                      f"wrote {out_dir}/ ({', '.join(p.name for p in paths.values())})")
+
+
+def vars_of(obj: Any) -> dict[str, float]:
+    return {k: float(getattr(obj, k)) for k in obj.__slots__}
+
+
+def _inputs(args: dict[str, Any], spec: PlanSpec, tr: Any, file_hash: str, vers: dict[str, str],
+            n_cands: int) -> dict[str, Any]:
+    prices = {g: {"usd_per_gpu_hour": spec.prices[g].at(spec.price_point), "source": spec.prices[g].source,
+                  "unverified": spec.prices[g].unverified} for g in spec.gpus}
+    from sim.config import make_config
+    from sim.cost import build_cost_model
+    cfg = make_config("plan", **dict(spec.base, gpu=spec.gpus[0]))
+    cost_name = build_cost_model(cfg.cost_model, resolve_model(cfg.model), resolve_gpu(spec.gpus[0]), 1,
+                                 Path(cfg.calibration) if cfg.calibration else None).name
+    return {
+        "model": cfg.model, "trace": {"path": tr.path, "format": tr.format, "rows": tr.num_requests,
+                                      "sha256": file_hash, "content_hash": tr.content_hash},
+        "gpus": spec.gpus, "tp": spec.tps, "knobs": spec.knobs, "candidates": n_cands, "base_config": spec.base,
+        "cost_model": cost_name, "slo": spec.slo.describe(), "attainment": spec.slo.attainment,
+        "load": {"rate_scale": args["rate_scale"], "target_qps": args["target_qps"]},
+        "seeds": {"seed": spec.seed, "replications": spec.replications, "window": spec.window,
+                  "keep": 0.9, "warmup": 0.1, "search_iters": spec.iters},
+        "router": spec.router, "n_plus_k": spec.n_plus_k, "headroom": spec.headroom,
+        "autoscale": {"bucket_s": spec.bucket_s, "cold_start_s": spec.cold_start_s},
+        "peak_window_s": spec.peak_window_s, "price_point": spec.price_point, "prices": prices,
+        "backend": spec.backend, "workers": spec.workers, "versions": vers,
+    }
+
+
+def _plan_id(inputs: dict[str, Any]) -> str:
+    keep = {k: v for k, v in inputs.items() if k not in ("versions", "workers", "backend")}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:8]

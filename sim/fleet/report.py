@@ -1,0 +1,173 @@
+"""The plan bundle: inputs, seeds, versions, the table (CSV + Markdown), plots, rerun command."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import platform
+import shlex
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from sim.fleet import plots
+from sim.fleet.planner import Plan
+
+MD_COLS = {
+    "gpu": "GPU", "tp": "TP", "knobs": "knobs", "replicas": "replicas", "gpus": "GPUs",
+    "slo_pass": "SLO ok", "attainment_lower": "attain (LCB)", "max_qps_per_replica": "QPS/replica",
+    "headroom_pct": "headroom %", "cost_per_hour": "$/h", "cost_per_1m_out_tokens": "$/1M out",
+    "cost_per_day": "$/day", "autoscale_cost_per_day": "$/day autoscaled", "kv_util": "KV util",
+    "frag_share": "frag", "preempt_per_1k": "preempt/1k", "binding_constraint": "binding",
+}
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def versions(backend: str) -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    pkgs = ["kvsim", "numpy", "pandas", "simpy", "scipy", "matplotlib"] + (["ray"] if backend == "ray" else [])
+    for p in pkgs:
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            out[p] = "not installed"
+    return out
+
+
+def _fmt(col: str, v: Any) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (float, np.floating)):
+        if math.isnan(v):
+            return "-"
+        if col in ("kv_util", "frag_share"):
+            return f"{100 * v:.1f}%"
+        if col == "attainment_lower":
+            return f"{100 * v:.2f}%"
+        if col.startswith("cost") or col == "autoscale_cost_per_day":
+            return f"{v:,.2f}"
+        return f"{v:.2f}" if abs(float(v)) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    cols = [c for c in MD_COLS if c in table.columns]
+    lines = ["| # | " + " | ".join(MD_COLS[c] for c in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    for i, r in table.iterrows():
+        cells = [_fmt(c, r[c]) for c in cols]
+        if c_ci := f"{r['qps_ci_low']:.1f}–{r['qps_ci_high']:.1f}":
+            cells[cols.index("max_qps_per_replica")] += f" ({c_ci})"
+        lines.append(f"| {int(i) + 1} | " + " | ".join(cells) + " |")  # type: ignore[call-overload]
+    return "\n".join(lines)
+
+
+def recommendation(plan: Plan) -> str:
+    b = plan.best
+    if b is None or not b["slo_pass"]:
+        return "**No candidate meets the SLO** at this load; see the binding constraints below."
+    return (f"**Recommended: {int(b['replicas'])} x {b['gpu']} (TP={int(b['tp'])}, {b['knobs']})** = "
+            f"{int(b['gpus'])} GPUs, ${b['cost_per_hour']:,.2f}/h, ${b['cost_per_1m_out_tokens']:.3f} per 1M output "
+            f"tokens, ${b['cost_per_day']:,.0f}/day static (${b['autoscale_cost_per_day']:,.0f}/day autoscaled). "
+            f"One replica sustains {b['max_qps_per_replica']:.1f} QPS within the SLO (95% CI "
+            f"{b['qps_ci_low']:.1f}–{b['qps_ci_high']:.1f}); peak demand {b['peak_qps']:.1f} QPS; "
+            f"headroom {b['headroom_pct']:.0f}%; binding constraint: {b['binding_constraint']}. "
+            f"Routed replay of the full trace: attainment {100 * b['attainment']:.2f}% "
+            f"(lower bound {100 * b['attainment_lower']:.2f}%).")
+
+
+def capacity_frame(plan: Plan) -> pd.DataFrame:
+    rows = []
+    for c in plan.capacities:
+        for s in c.seeds:
+            for p in s.probes:
+                rows.append({"gpu": c.candidate.gpu, "tp": c.candidate.tp, "knobs": c.candidate.knob_text,
+                             "replication": s.rep, "qps": p.qps, "passed": p.passed,
+                             "attainment": p.attainment, "attainment_lower": p.attainment_lower,
+                             "ttft_p99": p.ttft_p99, "tpot_p99": p.tpot_p99,
+                             "stopped_early": p.stopped_early, "wall_s": round(p.wall_s, 3)})
+    return pd.DataFrame(rows)
+
+
+def validation_frame(plan: Plan) -> pd.DataFrame:
+    rows = [{"gpu": c.gpu, "tp": c.tp, "knobs": c.knob_text, **t}
+            for c, v in plan.validations.items() for t in v.tries]
+    return pd.DataFrame(rows)
+
+
+def write_bundle(plan: Plan, out: Path, inputs: dict[str, Any], command: list[str]) -> dict[str, Path]:
+    """Write everything under ``out``; returns the written paths by role."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    t = plan.table
+    t.to_csv(out / "plan.csv", index=False)
+    paths["csv"] = out / "plan.csv"
+    capacity_frame(plan).to_csv(out / "capacity_probes.csv", index=False)
+    validation_frame(plan).to_csv(out / "validation.csv", index=False)
+    paths["pareto"] = plots.pareto(t, plan.demand.peak_qps, out / "pareto.png")
+    b = plan.best
+    label = f"{int(b['replicas'])} x {b['gpu']} tp{int(b['tp'])}" if b is not None else ""
+    if plan.autoscale is not None and b is not None:
+        plan.autoscale.to_csv(out / "autoscale.csv", index=False)
+        paths["replicas"] = plots.replicas_over_time(plan.autoscale, int(b["replicas"]), label,
+                                                    out / "replicas_over_time.png")
+    val = next((v for c, v in plan.validations.items()
+                if b is not None and (c.gpu, c.tp, c.knob_text) == (b["gpu"], b["tp"], b["knobs"])), None)
+    if val is not None and val.ttft is not None and val.tpot is not None:
+        paths["cdf"] = plots.latency_cdfs(val.ttft, val.tpot, plan.spec.slo, label, out / "latency_cdf.png")
+    cmd = shlex.join(command)
+    (out / "rerun.sh").write_text(f"#!/bin/sh\n# re-runs this plan (same inputs, seeds and versions give the same table)\n{cmd}\n")
+    (out / "inputs.yaml").write_text(yaml.safe_dump(inputs, sort_keys=False))
+    paths["md"] = out / "plan.md"
+    paths["md"].write_text(_markdown(plan, paths, cmd, inputs))
+    return paths
+
+
+def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, Any]) -> str:
+    d, spec = plan.demand, plan.spec
+    lines = [
+        f"# kvsim plan: {inputs['model']} on {inputs['trace']['path'].split('/')[-1]}", "",
+        f"SLO: {spec.slo.describe()} (pass/fail on the one-sided {100 * spec.slo.confidence:.0f}% Wilson lower bound). "
+        f"Load: rate x{d.scale:.3g}, mean {d.mean_qps:.2f} QPS, peak {d.peak_qps:.2f} QPS "
+        f"(busiest {spec.peak_window_s:g} s). Router: {spec.router}. N+k: k={spec.n_plus_k}. "
+        f"Cost model: {inputs['cost_model']}.", "",
+        recommendation(plan), "",
+        markdown_table(plan.table), "",
+    ]
+    ac = plan.autoscale_cost
+    if ac is not None:
+        lines += [f"**Autoscaling** (reactive, {spec.bucket_s:g} s buckets, cold start {spec.cold_start_s:g} s): "
+                  f"${ac.autoscale_cost:,.2f} over the {ac.hours:.2f} h trace vs ${ac.static_cost:,.2f} static peak "
+                  f"({100 * ac.saving:.0f}% saved; oracle ${ac.oracle_cost:,.2f}); under-provisioned in "
+                  f"{100 * ac.short_share:.0f}% of buckets (cold-start lag).", ""]
+    for role, title in (("pareto", "Cost vs QPS"), ("replicas", "Replicas over time"), ("cdf", "Latency CDFs")):
+        if role in paths:
+            lines.append(f"![{title}]({paths[role].name})")
+    unverified = sorted({r["gpu"] for _, r in plan.table.iterrows() if r["price_unverified"]})
+    lines += ["", "## Method", "",
+              f"- Per-replica capacity: bisection over the mean arrival rate on {spec.replications} replications, each a "
+              f"random window of {spec.window} requests of the scaled trace, thinned to 90% (seed {spec.seed}); "
+              "the first 10% of a window is warm-up. Capacity = mean over replications, 95% Student-t CI.",
+              "- Replicas = ceil(peak / capacity x (1 + headroom)) + k, then a routed replay of the **full** trace through "
+              "the fleet (best knobs per GPU x TP) adjusts it: +1 while it fails, -1 once if the smaller fleet passes.",
+              "- `validated = no` rows were sized by per-replica math only.",
+              "- Costs: $/h = GPUs x $/GPU-hour (" + spec.price_point + " price); $/1M tokens at the mean demand.",
+              ]
+    if unverified:
+        lines.append(f"- **Unverified prices** (recalled, not sourced): {', '.join(unverified)}. Override with --prices.")
+    if "uncalibrated" in str(inputs.get("cost_model", "")) or inputs.get("cost_model") == "roofline":
+        lines.append("- Step costs come from the **uncalibrated** roofline model: absolute capacities are estimates.")
+    lines += ["", "## Rerun", "", "```sh", cmd, "```", "",
+              "Inputs, seeds and versions: `inputs.yaml`; probes: `capacity_probes.csv`; replays: `validation.csv`."]
+    return "\n".join(lines) + "\n"
