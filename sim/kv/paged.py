@@ -170,18 +170,37 @@ class PagedAllocator:
 
     # ---- allocation -----------------------------------------------------------------------------
     def get_new_blocks(self, n: int) -> list[int]:
-        out = self.free_queue.pop_n(n) if self._stack else self.free_queue.popleft_n(n)
+        """Pop ``n`` blocks from the free queue's front (the end for ``stack``); ref count 1.
+
+        A popped block that still carries a hash is evicted from the prefix cache (counted).
+        Hot path: the queue walk, the eviction check and the ref count share one loop.
+        """
+        if self._stack:
+            popped = self.free_queue.pop_n(n)
+            for b in popped:
+                self.ref[b] = 1
+            return popped
+        fq = self.free_queue
+        nxt, head = fq._next, fq._head
         ref, bh, cache, dups = self.ref, self.block_hash, self.cache, self._dups
-        for b in out:
+        out: list[int] = []
+        add = out.append
+        b = nxt[head]
+        for _ in range(n):
+            add(b)
             key = bh[b]
             if key is not None:
-                if not dups and cache.get(key) == b:  # common case, inlined
+                if not dups and cache.get(key) == b:  # common case of _evict, inlined
                     bh[b] = None
                     del cache[key]
                     self.evictions += 1
                 else:
                     self._evict(b, key)
             ref[b] = 1
+            b = nxt[b]
+        nxt[head] = b
+        fq._prev[b] = head
+        fq.size -= n
         return out
 
     def touch(self, blocks: Iterable[int]) -> None:
@@ -259,16 +278,18 @@ class PagedAllocator:
         ref, bh = self.ref, self.block_hash
         front: list[int] = []
         tail: list[int] = []
+        to_front, to_tail = front.append, tail.append
+        split = self.free_order == "front-tail"
         order = req.blocks if self._stack else reversed(req.blocks)
         for b in order:
             r = ref[b] - 1
             ref[b] = r
             if r > 0:
                 self.shared_excess -= 1
-            elif self.free_order == "front-tail" and bh[b] is None:
-                front.append(b)
+            elif split and bh[b] is None:
+                to_front(b)
             else:
-                tail.append(b)
+                to_tail(b)
         self.free_queue.prepend_n(front)
         self.free_queue.append_n(tail)
         req.blocks = []
