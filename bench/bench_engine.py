@@ -20,8 +20,14 @@ from sim.config import make_config
 from sim.run import simulate
 from workloads import load_trace
 
+
+def _shared() -> Path:
+    """../shared beside the checkout, else /work/shared."""
+    here = Path(__file__).resolve().parents[2] / "shared"
+    return here if here.exists() else Path("/work/shared")
+
 VIDUR_ANCHOR_S = 23.0
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+DEFAULT_TRACE = _shared() / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 CONFIG = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
               block_size=16, max_model_len=4096)
 

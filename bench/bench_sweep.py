@@ -16,7 +16,13 @@ from pathlib import Path
 
 from sim.sweep import expand, run_sweep
 
-TRACE = Path("/work/shared/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
+
+def _shared() -> Path:
+    """../shared beside the checkout, else /work/shared."""
+    here = Path(__file__).resolve().parents[2] / "shared"
+    return here if here.exists() else Path("/work/shared")
+
+TRACE = _shared() / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 GRID = {"gpu_memory_utilization": [0.85, 0.9], "block_size": [8, 16, 32, 64]}
 
 

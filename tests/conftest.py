@@ -11,7 +11,9 @@ import pytest
 from workloads.schema import Trace, validate
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_TRACES = REPO.parent / "shared" / "traces"
+# the shared data sits beside the checkout (../shared); a clone elsewhere falls back to /work/shared
+SHARED = next((p for p in (REPO.parent / "shared", Path("/work/shared")) if p.exists()), REPO.parent / "shared")
+SHARED_TRACES = SHARED / "traces"
 AZURE_CONV = SHARED_TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 MOONCAKE_CONV = SHARED_TRACES / "mooncake_fast25" / "conversation_trace.jsonl"
 BUNDLED = REPO / "workloads" / "data" / "azure_conv_slice.csv"
