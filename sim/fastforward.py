@@ -144,12 +144,7 @@ def _window(rep: Replica, t: float) -> float:
         partial: set[int] = set()
         if plan is not None:
             for r, n in plan.scheduled:
-                r.num_computed_tokens += n
-                if r.num_computed_tokens == r.num_tokens:
-                    r.num_output += 1
-                    r.num_tokens += 1
-                    if r.first_token_s < 0:
-                        r.first_token_s = end
+                if r.advance(n, end):
                     left = r.output_tokens - r.num_output
                     # join the decoders at virtual start c0 = computed - s1
                     r.num_computed_tokens -= s1

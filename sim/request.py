@@ -59,6 +59,21 @@ class Request:
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt_tokens + self.num_output
 
+    def advance(self, n: int, end: float) -> bool:
+        """``n`` more tokens computed in a step ending at ``end``; True if a token was sampled.
+
+        A token is sampled only when the whole sequence is computed (a partial prefill chunk
+        samples nothing); the first one sets ``first_token_s``.
+        """
+        self.num_computed_tokens += n
+        if self.num_computed_tokens != self.num_tokens:
+            return False
+        self.num_output += 1
+        self.num_tokens += 1
+        if self.first_token_s < 0:
+            self.first_token_s = end
+        return True
+
     @property
     def final_tokens(self) -> int:
         return self.prompt_tokens + self.output_tokens

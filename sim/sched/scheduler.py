@@ -329,14 +329,8 @@ class Scheduler:
         """Advance computed tokens, sample tokens, finish and free. Returns finished requests."""
         finished = []
         for r, n in plan.scheduled:
-            r.num_computed_tokens += n
-            if r.num_computed_tokens == r.num_tokens:
-                r.num_output += 1
-                r.num_tokens += 1
-                if r.first_token_s < 0:
-                    r.first_token_s = end
-                if r.num_output >= r.output_tokens:
-                    finished.append(r)
+            if r.advance(n, end) and r.num_output >= r.output_tokens:
+                finished.append(r)
         if self.fork_cow:
             self._beam_reforks(plan)
         if finished:
