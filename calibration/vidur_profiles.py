@@ -27,7 +27,8 @@ from calibration.features import (
 )
 from calibration.nnls_fit import FitResult, fit_terms
 
-DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "shared" / "gpu_profiles" / "vidur"
+_BESIDE = Path(__file__).resolve().parents[2] / "shared" / "gpu_profiles" / "vidur"
+DEFAULT_ROOT = _BESIDE if _BESIDE.exists() else Path("/work/shared/gpu_profiles/vidur")
 GPU_KEYS = {"a100": "a100-80gb", "h100": "h100"}  # Vidur device name -> our catalog key
 PEAKS = {"a100": (2.039e12, 312e12), "h100": (3.35e12, 989e12)}  # datasheet BW, bf16 FLOP/s
 BLOCK_SIZE = 16  # every Vidur attention row

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -18,8 +16,9 @@ from sim.cost import StepBatch, build_cost_model
 from sim.cost_calibrated import build_calibrated, committed_calibrations
 from sim.errors import ConfigError
 from sim.specs import resolve_gpu, resolve_model
+from tests.conftest import SHARED
 
-VIDUR = Path(__file__).resolve().parents[2] / "shared" / "gpu_profiles" / "vidur"
+VIDUR = SHARED / "gpu_profiles" / "vidur"
 
 
 def test_nnls_recovers_known_coefficients() -> None:

@@ -14,7 +14,8 @@ app = typer.Typer(help="Fit the calibrated step-cost model (GPU timings -> fit.y
                   no_args_is_help=True)
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "calibration" / "data"
-DEFAULT_VIDUR = Path(__file__).resolve().parents[3] / "shared" / "gpu_profiles" / "vidur"
+_BESIDE = Path(__file__).resolve().parents[3] / "shared" / "gpu_profiles" / "vidur"
+DEFAULT_VIDUR = _BESIDE if _BESIDE.exists() else Path("/work/shared/gpu_profiles/vidur")
 
 
 @app.command()
