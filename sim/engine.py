@@ -1,14 +1,13 @@
-"""The SimPy engine: one replica's step loop, an arrival process, and decode fast-forward.
+"""The SimPy engine: one replica's step loop.
 
-Each step: pull arrivals (``arrival_s <= now``), schedule, ask the cost model for the step's
-duration, ``yield env.timeout(duration)``, apply the outcome. An idle engine waits on an event
-that the arrival process triggers; it never polls.
+Each step: pull arrivals from the replica's inbox (``arrival_s <= now``), schedule, ask the
+cost model for the step's duration, ``yield env.timeout(duration)``, apply the outcome. Requests
+reach the inbox up front (a trace replay) or through ``submit`` (a router process in a fleet
+replay). An idle engine waits on a timeout to its next known arrival OR a wake event that
+``submit`` triggers; it never polls.
 
-Fast-forward (the default; ``exact_steps=True`` turns it off): when every running request is
-decoding and the batch's composition cannot change for K steps (no finish, no admission
-possible, enough free blocks for the K steps' block-boundary allocations), the K steps are
-applied in bulk -- same block ids in the same order, same per-step records, same float sums
--- so results are bit-identical to stepping one at a time (tested).
+After each exact step the loop hands over to :mod:`sim.fastforward`, which applies runs of
+steps in bulk with bit-identical results (``exact_steps=True`` turns it off).
 """
 
 from __future__ import annotations
