@@ -9,10 +9,9 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,6 @@ class SimResult:
     requests: pd.DataFrame
     steps: pd.DataFrame
     summary: dict[str, Any]
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def write(self, out: Path) -> dict[str, float]:
         """Write requests.parquet, steps.parquet and summary.json under ``out``."""
@@ -212,7 +210,7 @@ def request_frame(reqs: list[Request]) -> pd.DataFrame:
     arr = col("arrival_s", np.float64)
     out_t = col("output_tokens", np.int64)
     tpot = np.where(out_t > 1, (fn - ft) / np.maximum(out_t - 1, 1), np.nan)
-    return pd.DataFrame({
+    frame = pd.DataFrame({
         "request_id": [r.request_id for r in reqs], "arrival_s": arr,
         "prompt_tokens": col("prompt_tokens", np.int64), "output_tokens": out_t,
         "status": status, "reject_reason": [r.reject_reason for r in reqs],
@@ -224,6 +222,7 @@ def request_frame(reqs: list[Request]) -> pd.DataFrame:
         "ttft_s": ft - arr, "tpot_s": tpot, "e2e_s": fn - arr,
         "parent_id": [reqs[r.parent].request_id if r.parent >= 0 else "" for r in reqs],
     })
+    return frame[list(REQUEST_COLUMNS)]
 
 
 def _pcts(x: pd.Series) -> dict[str, float | None]:
@@ -294,5 +293,4 @@ def summarize(cfg: SimConfig, budget: KvBudget, cost_name: str, req: pd.DataFram
         if len(steps) and kv.block_size else 0.0,
         "busy_fraction": rep.busy_s / span if span > 0 else 0.0,
         "rejections": req.loc[req["status"] == "rejected", "reject_reason"].value_counts().to_dict(),
-        "nan_safe": math.isfinite(span),
     }

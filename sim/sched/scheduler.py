@@ -10,7 +10,6 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -366,6 +365,3 @@ class Scheduler:
                      if live[p] is not m]
             if moves:
                 kv.retable(moves)
-
-    def state(self) -> dict[str, Any]:
-        return {"running": len(self.running), "waiting": self.num_waiting}
