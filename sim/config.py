@@ -114,12 +114,17 @@ def make_config(where: str = "config", **kw: Any) -> SimConfig:
         raise ConfigError(_fmt_validation(e, where)) from None
 
 
-def load_config_yaml(path: Path) -> dict[str, Any]:
-    """Read a ``--config FILE.yaml`` (safe_load) and return its keys (dashes -> underscores)."""
+def read_yaml(path: Path) -> Any:
+    """``yaml.safe_load`` of a user's file; unreadable or malformed YAML is a one-line ConfigError."""
     try:
-        data = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read YAML ({str(e).splitlines()[0]})") from None
+
+
+def load_config_yaml(path: Path) -> dict[str, Any]:
+    """Read a ``--config FILE.yaml`` (safe_load) and return its keys (dashes -> underscores)."""
+    data = read_yaml(path)
     if data is None:
         return {}
     if not isinstance(data, dict):

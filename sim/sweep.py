@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sim.config import SimConfig, make_config
+from sim.config import SimConfig, make_config, read_yaml
 from sim.errors import ConfigError
 from workloads import COLUMNS, Trace, load_trace
 
@@ -86,10 +86,7 @@ def parse_sets(sets: Iterable[str]) -> dict[str, list[Any]]:
 
 def load_grid_yaml(path: Path) -> dict[str, list[Any]]:
     """A YAML mapping of key -> value or list of values (scalars are fixed for every point)."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path}: cannot read YAML ({str(e).splitlines()[0]})") from None
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sweep keys to value lists")
     return {_norm_key(k): list(v) if isinstance(v, list) else [v] for k, v in data.items()}

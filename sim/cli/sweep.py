@@ -47,7 +47,8 @@ def register(app: typer.Typer) -> None:
         enable_prefix_caching: o.EPC = None, allocator: o.Alloc = None, reservation: o.Res = None,
         preemption: o.Pre = None, swap_space: o.Swap = None, cost_model: o.Cost = None,
         calibration: o.Calib = None, seed: o.Seed = None, num_gpu_blocks: o.NGB = None,
-        kv_memory: o.KVM = None, preset: o.Preset = None, policy: o.Policy = None, exact_steps: o.Exact = None,
+        kv_memory: o.KVM = None, preset: o.Preset = None, policy: o.Policy = None, victim: o.Victim = None,
+        exact_steps: o.Exact = None,
     ) -> None:
         """Simulate every point of a grid; append each result to DIR/sweep.parquet as it finishes.
 

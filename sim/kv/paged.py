@@ -305,14 +305,8 @@ class PagedAllocator:
         All new references are taken before any old one is dropped, so a table that is both
         given away and replaced in the same round never sends a block to the free queue.
         """
-        ref = self.ref
         for _, table in moves:
-            for b in table:
-                if ref[b] == 0:
-                    self.free_queue.remove(b)
-                else:
-                    self.shared_excess += 1
-                ref[b] += 1
+            self.touch(table)
         for req, table in moves:
             if req.blocks:
                 self.free(req)
