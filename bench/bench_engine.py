@@ -38,10 +38,10 @@ def run(trace, exact: bool) -> dict[str, float]:
     res = simulate(cfg, trace)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     s = res.summary
-    return {"wall_s": wall, "cpu_s": cpu, "requests": s["num_requests"], "finished": s["num_finished"],
-            "steps": s["num_steps"], "ff_steps": s["fast_forward_steps"],
-            "preemptions": s["preemptions"], "kv_usage": s["kv_usage_mean"],
-            "req_per_s": s["num_requests"] / wall, "steps_per_s": s["num_steps"] / wall}
+    return {"wall_s": wall, "cpu_s": cpu, "requests": s.num_requests, "finished": s.num_finished,
+            "steps": s.num_steps, "ff_steps": s.fast_forward_steps,
+            "preemptions": s.preemptions, "kv_usage": s.kv_usage_mean,
+            "req_per_s": s.num_requests / wall, "steps_per_s": s.num_steps / wall}
 
 
 def main() -> None:

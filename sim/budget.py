@@ -88,9 +88,13 @@ def activation_estimate(model: ModelSpec, tp: int, max_batched: int, max_seqs: i
     return max_batched * per_tok + max_seqs * model.vocab * 4
 
 
-def compute_budget(cfg: SimConfig, model: ModelSpec | None = None, gpu: GpuSpec | None = None) -> KvBudget:
-    model = model or resolve_model(cfg.model)
-    gpu = gpu or resolve_gpu(cfg.gpu)
+def budget_for(cfg: SimConfig) -> KvBudget:
+    """:func:`compute_budget` with the config's model and GPU looked up in the catalog."""
+    return compute_budget(cfg, resolve_model(cfg.model), resolve_gpu(cfg.gpu))
+
+
+def compute_budget(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> KvBudget:
+    """vLLM 0.33's KV budget for ``cfg`` on resolved specs (the catalog lookup is the caller's)."""
     tp = cfg.tensor_parallel_size
     if model.kv_heads % tp and tp % model.kv_heads:
         raise ConfigError(f"--tensor-parallel-size {tp}: must divide or be a multiple of the model's {model.kv_heads} KV heads")

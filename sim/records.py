@@ -1,38 +1,55 @@
-"""Flat per-step records, kept column-wise (one Python list per column) for speed."""
+"""Flat per-step records: one :class:`StepRecord` per engine step, one DataFrame at the end."""
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-STEP_COLUMNS = (
-    "step", "start_s", "duration_s", "num_running", "num_waiting", "prefill_tokens",
-    "decode_tokens", "num_preempted", "free_blocks",
-    "token_state_slots", "reserved_slots", "internal_frag_slots", "external_frag_slots", "free_slots",
-    "shared_blocks_saved", "swap_out_blocks", "swap_in_blocks",
-)
+
+class StepRecord(NamedTuple):
+    """One engine step. The five ``*_slots`` memory categories sum to the KV pool."""
+
+    step: int
+    start_s: float
+    duration_s: float
+    num_running: int
+    num_waiting: int
+    prefill_tokens: int
+    decode_tokens: int
+    num_preempted: int
+    free_blocks: int
+    token_state_slots: int
+    reserved_slots: int
+    internal_frag_slots: int
+    external_frag_slots: int
+    free_slots: int
+    shared_blocks_saved: int
+    swap_out_blocks: int
+    swap_in_blocks: int
+
+
+STEP_COLUMNS = StepRecord._fields
+record_from_tuple = partial(tuple.__new__, StepRecord)
+"""``StepRecord`` from a tuple in field order, without the keyword machinery (the hot path)."""
+_FLOAT = {"start_s", "duration_s"}
 
 
 class StepLog:
-    """One tuple per step in STEP_COLUMNS order (a single append on the hot path)."""
+    """The step records of one replica, in step order (a single append on the hot path)."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("append", "rows")
 
     def __init__(self) -> None:
-        self.rows: list[tuple[Any, ...]] = []
-
-    def row(self, *values: Any) -> None:
-        self.rows.append(values)
+        self.rows: list[StepRecord] = []
+        self.append = self.rows.append
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def frame(self) -> pd.DataFrame:
-        data = {}
         cols = list(zip(*self.rows, strict=True)) if self.rows else [() for _ in STEP_COLUMNS]
-        for name, col in zip(STEP_COLUMNS, cols, strict=True):
-            dtype = np.float64 if name in ("start_s", "duration_s") else np.int64
-            data[name] = np.asarray(col, dtype=dtype)
-        return pd.DataFrame(data)
+        return pd.DataFrame({name: np.asarray(col, dtype=np.float64 if name in _FLOAT else np.int64)
+                             for name, col in zip(STEP_COLUMNS, cols, strict=True)})

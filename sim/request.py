@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 
 class Status(IntEnum):
@@ -39,9 +40,7 @@ class Request:
     seq: int = -1                  # position key in the running list (set when appended)
     num_computed_tokens: int = 0
     num_output: int = 0
-    blocks: list[int] = field(default_factory=list)
-    hashes: list[int] = field(default_factory=list)   # block hash keys computed so far
-    num_registered: int = 0        # leading blocks whose hash is registered in the cache
+    kv: Any = None                 # the allocator's handle (sim/kv: BlockTable | Chunk)
     # records
     first_scheduled_s: float = -1.0
     first_scheduled_step: int = -1
@@ -51,10 +50,6 @@ class Request:
     num_preemptions: int = 0
     prefix_hit_tokens: int = -1    # hit at first admission
     reject_reason: str = ""
-    # slab allocator
-    chunk_start: int = -1
-    chunk_size: int = 0
-    requested_slots: int = 0
 
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt_tokens + self.num_output

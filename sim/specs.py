@@ -13,9 +13,6 @@ import yaml
 
 from sim.errors import ConfigError
 
-DEFAULT_MODEL = "llama-3.1-8b"
-DEFAULT_GPU = "h100"
-
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:

@@ -13,7 +13,7 @@ from calibration.features import (
 )
 from calibration.nnls_fit import fit_terms, nnls_relative
 from sim.cost import StepBatch, build_cost_model
-from sim.cost_calibrated import build_calibrated, committed_calibrations
+from sim.cost.calibrated import build_calibrated, committed_calibrations
 from sim.errors import ConfigError
 from sim.specs import resolve_gpu, resolve_model
 from tests.conftest import SHARED

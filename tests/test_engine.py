@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from sim.config import make_config
-from sim.run import MEM_CATS, simulate
+from sim.results import MEM_CATS
+from sim.run import simulate
 from tests.conftest import MOONCAKE_CONV, make_trace
 
 
@@ -68,7 +69,7 @@ def test_preemption_takes_the_last_admitted_and_requeues_it_at_the_front() -> No
     assert (s1.num_preempted, s1.num_running, s1.num_waiting, s1.decode_tokens) == (1, 2, 1, 2)
     assert s1.prefill_tokens == 0  # no admission in a step that preempted
     assert (res.requests["status"] == "finished").all()
-    assert res.summary["preemptions"] == res.requests["num_preemptions"].sum()
+    assert res.summary.preemptions == res.requests["num_preemptions"].sum()
 
 
 def test_head_of_line_blocking_on_the_waiting_queue() -> None:
@@ -109,6 +110,9 @@ CONFIGS = [
      "max_model_len": 4096},
     {"num_gpu_blocks": 700, "preemption": "swap", "swap_space": 0.5, "max_model_len": 8192},
     {"cost_model": "constant:0.01", "num_gpu_blocks": 2000, "max_model_len": 8192},
+    # a chunked prefill remains in a step where a decoder finishes (num_running after finishing)
+    {"num_gpu_blocks": 400, "max_model_len": 4096, "long_prefill_token_threshold": 256,
+     "victim": "fewest-tokens"},
 ]
 
 
@@ -117,7 +121,7 @@ def test_fast_forward_is_bit_identical_to_exact_steps(bundled_trace, kw) -> None
     check = kw.get("num_gpu_blocks", 0) <= 1000  # per-step invariant checks are O(pool)
     ff = simulate(make_config(exact_steps=False, **kw), bundled_trace, check=check)
     ex = simulate(make_config(exact_steps=True, **kw), bundled_trace, check=check)
-    assert ff.summary["fast_forward_steps"] > 0
+    assert ff.summary.fast_forward_steps > 0
     pd.testing.assert_frame_equal(ff.requests, ex.requests, check_exact=True)
     pd.testing.assert_frame_equal(ff.steps, ex.steps, check_exact=True)
 
@@ -131,7 +135,7 @@ def test_fast_forward_identical_with_prefix_sharing_on_mooncake() -> None:
     kw = dict(gpu="h200", num_gpu_blocks=1500, max_model_len=8192)
     ff = simulate(make_config(**kw), tr)
     ex = simulate(make_config(exact_steps=True, **kw), tr)
-    assert ff.summary["prefix_cache"]["hit_rate"] > 0.05
+    assert ff.summary.prefix_cache.hit_rate > 0.05
     pd.testing.assert_frame_equal(ff.steps, ex.steps, check_exact=True)
     pd.testing.assert_frame_equal(ff.requests, ex.requests, check_exact=True)
 
@@ -159,13 +163,13 @@ def test_parallel_sampling_fans_out_and_shares_the_prompt_through_the_cache() ->
     assert len(res.requests) == 4
     assert res.requests["prefix_hit_tokens"].tolist() == [0, 48, 48, 48]
     assert res.steps["shared_blocks_saved"].max() >= 3 * 3
-    assert res.summary["sharing_saved_fraction"] > 0
+    assert res.summary.sharing_saved_fraction > 0
 
 
 def test_roofline_is_labelled_uncalibrated(bundled_trace) -> None:
     res = simulate(make_config(max_model_len=8192), bundled_trace)
-    assert "uncalibrated" in res.summary["cost_model"]
-    assert np.isfinite(res.summary["ttft_s"]["p99"])
+    assert "uncalibrated" in res.summary.cost_model
+    assert np.isfinite(res.summary.ttft_s.p99)
 
 
 def test_victim_choice_is_a_plain_pluggable_policy(bundled_trace) -> None:
@@ -182,5 +186,5 @@ def test_victim_choice_is_a_plain_pluggable_policy(bundled_trace) -> None:
     kw = dict(num_gpu_blocks=900, max_model_len=8192)
     last = simulate(make_config(**kw), bundled_trace)
     fewest = simulate(make_config(victim="fewest-tokens", **kw), bundled_trace)
-    assert last.summary["preemptions"] > 0
+    assert last.summary.preemptions > 0
     assert not last.requests["num_preemptions"].equals(fewest.requests["num_preemptions"])

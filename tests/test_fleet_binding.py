@@ -39,7 +39,7 @@ def _run(**kw: object) -> Diagnostics:
     cfg = make_config(model="llama-3.1-8b", cost_model="constant:0.01", **kw)  # type: ignore[arg-type]
     res = simulate(cfg, to_trace(df))
     b = res.budget
-    return diagnose(res.steps, n, res.summary["preemptions"], b.max_num_seqs, b.max_num_batched_tokens,
+    return diagnose(res.steps, n, res.summary.preemptions, b.max_num_seqs, b.max_num_batched_tokens,
                     ("ttft_p99<=0.5s",))
 
 

@@ -7,9 +7,9 @@ import os
 import pytest
 
 from sim.cli.simulate import bundled_trace
+from sim.executor import run_tasks
 from sim.fleet.candidate import Candidate
 from sim.fleet.capacity import SearchSpec
-from sim.fleet.executor import run_tasks
 from sim.fleet.planner import _search_task
 from sim.fleet.slo import Slo, SloTarget
 from workloads import load_trace

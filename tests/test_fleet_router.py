@@ -10,8 +10,8 @@ import pytest
 from sim.config import make_config
 from sim.fleet.candidate import Candidate
 from sim.fleet.capacity import SearchSpec, combine, search_seed
-from sim.fleet.planner import size
 from sim.fleet.router import replay_fleet
+from sim.fleet.sizing import size
 from sim.fleet.slo import Slo, SloTarget
 from sim.fleet.validate import ValidateTask, validate_fleet
 from sim.fleet.workload import to_trace

@@ -7,9 +7,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.kv.paged import PagedAllocator, cdiv
+from sim.kv import sharing
+from sim.kv.base import cdiv
+from sim.kv.paged import PagedAllocator
 from sim.kv.slab import SlabAllocator
 from sim.request import Request
+from sim.sched.admission import Admission
 
 OPS = st.lists(st.tuples(st.sampled_from(["new", "append", "free", "preempt", "fork", "cow"]),
                          st.integers(0, 10_000), st.integers(1, 60)), min_size=1, max_size=80)
@@ -34,18 +37,18 @@ def test_paged_invariants_hold_after_every_operation(ops, B, N, order, caching) 
             uid += 1
             hits = pool.get_computed_blocks(r)
             hit_tokens = len(hits) * B
-            if pool.allocate_slots(r, r.num_tokens - hit_tokens, hits, full_sequence_must_fit=True):
+            if Admission(reserve_full_isl=True).admit(pool, r, r.num_tokens - hit_tokens, hits, False):
                 r.num_computed_tokens = r.num_tokens
                 live.append(r)
             else:
-                assert r.blocks == []
+                assert pool.num_held_blocks(r) == 0
         elif live and op == "append":
             r = live[pick % len(live)]
             r.num_output += 1
             r.num_tokens += 1
-            if pool.allocate_slots(r, 1):
+            if pool.allocate(r, 1):
                 r.num_computed_tokens += 1
-                assert len(r.blocks) == cdiv(r.num_computed_tokens, B)
+                assert pool.num_held_blocks(r) == cdiv(r.num_computed_tokens, B)
             else:
                 r.num_output -= 1
                 r.num_tokens -= 1
@@ -58,12 +61,12 @@ def test_paged_invariants_hold_after_every_operation(ops, B, N, order, caching) 
             dst = _req(uid, src.prompt_tokens, shared=False)
             uid += 1
             dst.num_computed_tokens = src.num_computed_tokens
-            pool.fork(src, dst)
+            sharing.fork(pool, src, dst)
             live.append(dst)
         elif live and op == "cow" and not caching:
             r = live[pick % len(live)]
-            if r.blocks:
-                pool.copy_on_write(r)
+            if pool.num_held_blocks(r):
+                sharing.copy_on_write(pool, r)
         pool.check(live)
     for r in live:
         pool.free(r)
@@ -81,7 +84,7 @@ def test_slab_invariants_hold_after_every_operation(ops, pool_slots, placement, 
         if op == "new":
             r = Request(uid=uid, request_id=str(uid), arrival_s=0.0, prompt_tokens=min(size, 40),
                         output_tokens=1 + pick % 24)
-            if slab.can_ever_fit(r) and slab.admit(r):
+            if not slab.never_fits(r) and slab.allocate(r, r.prompt_tokens):
                 r.num_computed_tokens = r.prompt_tokens
                 live.append(r)
         elif live and op == "append":
@@ -91,7 +94,7 @@ def test_slab_invariants_hold_after_every_operation(ops, pool_slots, placement, 
         elif live and op in ("free", "preempt"):
             slab.free(live.pop(pick % len(live)))
         slab.check(live)
-        parts = slab.breakdown(live)
+        parts = slab.breakdown(live, sum(r.num_computed_tokens for r in live))
         assert sum(parts) == pool_slots and min(parts) >= 0
     for r in live:
         slab.free(r)

@@ -6,6 +6,7 @@ from sim.config import make_config
 from sim.kv.paged import PagedAllocator
 from sim.request import Request
 from sim.run import simulate
+from sim.sched.admission import Admission
 from tests.conftest import make_trace
 
 
@@ -18,7 +19,7 @@ def admit(pool: PagedAllocator, r: Request) -> int:
     """Probe, allocate the whole prompt, mark it computed; return hit tokens."""
     hits = pool.get_computed_blocks(r)
     hit_tokens = len(hits) * pool.block_size
-    assert pool.allocate_slots(r, r.num_tokens - hit_tokens, hits, full_sequence_must_fit=True)
+    assert Admission(reserve_full_isl=True).admit(pool, r, r.num_tokens - hit_tokens, hits, has_running=False)
     r.num_computed_tokens = r.num_tokens
     return hit_tokens
 
@@ -28,9 +29,9 @@ def test_free_queue_after_one_free_is_3_4_to_10_2_1() -> None:
     pool = PagedAllocator(11, 4)
     r = req(0, 10)
     admit(pool, r)
-    assert r.blocks == [1, 2, 3]
+    assert r.kv.blocks == [1, 2, 3]
     pool.free(r)
-    assert pool.free_queue.to_list() == [3, 4, 5, 6, 7, 8, 9, 10, 2, 1]
+    assert pool.pool.free_queue.to_list() == [3, 4, 5, 6, 7, 8, 9, 10, 2, 1]
     pool.check([])
 
 
@@ -39,25 +40,25 @@ def test_legacy_switch_appends_everything_to_the_tail() -> None:
     r = req(0, 10)
     admit(pool, r)
     pool.free(r)
-    assert pool.free_queue.to_list() == [4, 5, 6, 7, 8, 9, 10, 3, 2, 1]
+    assert pool.pool.free_queue.to_list() == [4, 5, 6, 7, 8, 9, 10, 3, 2, 1]
 
 
 def test_paper_v0_stack_hands_out_the_last_block_first_and_reuses_the_last_freed() -> None:
     pool = PagedAllocator(8, 4, null_block=False, free_order="stack", enable_caching=False)
     r = req(0, 9)
     admit(pool, r)
-    assert r.blocks == [7, 6, 5]
+    assert r.kv.blocks == [7, 6, 5]
     pool.free(r)
     s = req(1, 4)
     admit(pool, s)
-    assert s.blocks == [5]
+    assert s.kv.blocks == [5]
 
 
 def test_null_block_is_never_handed_out() -> None:
     pool = PagedAllocator(5, 4)
     r = req(0, 16, out=1)
     admit(pool, r)
-    assert 0 not in r.blocks and pool.num_free_blocks == 0 and pool.usage == 1.0
+    assert 0 not in r.kv.blocks and pool.num_free_blocks == 0 and pool.usage == 1.0
 
 
 def test_three_identical_50_token_prompts_in_one_step_hit_0_48_48() -> None:
@@ -91,7 +92,7 @@ def test_a_hit_on_a_free_cached_block_unlinks_it_and_counts_against_capacity() -
     hits = pool.get_computed_blocks(b)
     assert len(hits) == 2  # capped at 11 tokens -> 2 blocks
     assert pool.can_allocate(b, 4, hits) == 1  # 1 new block; the 2 hits also leave the free queue
-    assert pool.allocate_slots(b, 4, hits)
+    assert pool.allocate(b, 4, hits)
     assert pool.num_free_blocks == 5 - 3
     pool.check([b])
 
@@ -112,7 +113,7 @@ def test_9_token_prompt_at_block_size_4_takes_3_blocks_the_third_a_quarter_full(
     pool = PagedAllocator(16, 4)
     r = req(0, 9)
     admit(pool, r)
-    assert len(r.blocks) == 3
+    assert len(r.kv.blocks) == 3
     assert r.num_computed_tokens - 2 * 4 == 1  # 1 of 4 slots used in the third block
 
 
@@ -122,7 +123,7 @@ def test_token_37_is_logical_block_2_slot_5() -> None:
     pool = PagedAllocator(16, B)
     r = req(0, 38)
     admit(pool, r)
-    assert len(r.blocks) == 3  # token 37 lives in the third logical block
+    assert len(r.kv.blocks) == 3  # token 37 lives in the third logical block
 
 
 def test_decode_needs_a_new_block_only_at_a_block_boundary() -> None:
@@ -131,15 +132,15 @@ def test_decode_needs_a_new_block_only_at_a_block_boundary() -> None:
     admit(pool, r)
     r.num_output, r.num_tokens = 1, 9
     free = pool.num_free_blocks
-    assert pool.allocate_slots(r, 1)  # token 9 -> slot 0 of a 3rd block
+    assert pool.allocate(r, 1)  # token 9 -> slot 0 of a 3rd block
     assert pool.num_free_blocks == free - 1
     r.num_computed_tokens, r.num_output, r.num_tokens = 9, 2, 10
-    assert pool.allocate_slots(r, 1) and pool.num_free_blocks == free - 1
+    assert pool.allocate(r, 1) and pool.num_free_blocks == free - 1
 
 
 def test_failed_allocation_changes_nothing() -> None:
     pool = PagedAllocator(4, 4)
     r = req(0, 20)
-    before = pool.free_queue.to_list()
-    assert not pool.allocate_slots(r, 20)
-    assert pool.free_queue.to_list() == before and r.blocks == []
+    before = pool.pool.free_queue.to_list()
+    assert not pool.allocate(r, 20)
+    assert pool.pool.free_queue.to_list() == before and pool.num_held_blocks(r) == 0

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from sim.build import build
 from sim.config import make_config
 from sim.errors import ConfigError
-from sim.run import build, simulate
+from sim.run import simulate
 from tests.conftest import make_trace
 
 
@@ -50,7 +51,7 @@ def test_beam_search_reforks_conserve_blocks_and_are_seeded() -> None:
     c = v0(rows, seed=2)
     pd.testing.assert_frame_equal(a.steps, b.steps)
     assert not a.steps["free_blocks"].equals(c.steps["free_blocks"])  # the rng drives re-forks
-    assert a.summary["sharing_saved_fraction"] > 0.3
+    assert a.summary.sharing_saved_fraction > 0.3
     assert (a.requests["status"] == "finished").all()
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from typer.testing import CliRunner
 
-from sim.cli.report import MEAN_IN, MEAN_OUT, PAPER, sharegpt_like
+from sim.experiments.paper_fig2 import MEAN_IN, MEAN_OUT, PAPER, sharegpt_like
 
 ROOT = Path(__file__).resolve().parents[1]
 

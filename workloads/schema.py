@@ -57,12 +57,19 @@ class Trace:
 
     @property
     def content_hash(self) -> str:
-        """Hash of the normalized content (used as the sweep cache key)."""
+        """:func:`content_hash` of the frame: part of every sweep point's key, and recorded in
+        summary.json and the plan bundle so a result names the exact trace it came from."""
         return content_hash(self.df)
 
 
 def content_hash(df: pd.DataFrame) -> str:
-    """Stable hash of the normalized columns (values, not object identities)."""
+    """Stable hash of the schema columns (values, not object identities).
+
+    Numeric columns hash their bytes. Other columns hash the ``repr`` of their values: the raw
+    bytes of an object or string column are pointers, different on every load. List cells held
+    as numpy arrays go through ``tolist()`` so their repr is plain ints (``list(arr)`` would
+    give ``np.int64(5)`` under numpy 2 and ``5`` under numpy 1).
+    """
     h = hashlib.sha256()
     for col in (c for c in COLUMNS if c in df.columns):
         h.update(col.encode())
@@ -70,7 +77,7 @@ def content_hash(df: pd.DataFrame) -> str:
         if pd.api.types.is_numeric_dtype(s.dtype):
             h.update(np.ascontiguousarray(s.to_numpy()).tobytes())
         else:
-            h.update(repr([list(v) if isinstance(v, np.ndarray) else v for v in s.tolist()]).encode())
+            h.update(repr([v.tolist() if isinstance(v, np.ndarray) else v for v in s.tolist()]).encode())
     return h.hexdigest()[:16]
 
 

@@ -9,9 +9,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sim.budget import compute_budget
+from sim.budget import budget_for
 from sim.cli import options as o
-from sim.kv.paged import cdiv
+from sim.kv.base import cdiv
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         """KV bytes per token and per block, the number of blocks, and vLLM's log lines."""
         flags = {k: v for k, v in locals().items() if k not in ("as_json", "request_tokens", "config")}
         cfg = o.build_config(config, **flags)
-        b = compute_budget(cfg)
+        b = budget_for(cfg)
         d = b.as_dict()
         if request_tokens:
             nb = cdiv(request_tokens, b.block_size)

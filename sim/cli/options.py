@@ -1,9 +1,17 @@
-"""Simulate options shared by `simulate`, `budget`, `sweep` and `plan` (vLLM flag names)."""
+"""Simulate options shared by `simulate`, `budget`, `sweep` and `plan` (vLLM flag names).
+
+Each flag is defined once, as a typer annotation. `simulate` and `sweep` take all of them, so
+they get them from :func:`simulate_flags` instead of listing them twice; `budget` and `plan`
+take a few, named one by one.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -33,6 +41,40 @@ Policy = Annotated[str | None, typer.Option("--policy", help="fcfs | priority")]
 Victim = Annotated[str | None, typer.Option("--victim", help="Preemption victim: last (vLLM FCFS) | priority | fewest-tokens")]
 Exact = Annotated[bool | None, typer.Option("--exact-steps/--fast-forward", help="Step one at a time (slower; identical results).")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="YAML file with the same keys as the flags.")]
+
+
+#: ``--config`` and every simulate flag, in help order: parameter name -> typer annotation.
+SIMULATE_FLAGS: dict[str, Any] = {
+    "config": ConfigFile, "model": Model, "gpu": Gpu, "tensor_parallel_size": TP,
+    "gpu_memory_utilization": GMU, "block_size": BS, "max_num_seqs": MNS,
+    "max_num_batched_tokens": MNBT, "max_model_len": MML, "enable_prefix_caching": EPC,
+    "allocator": Alloc, "reservation": Res, "preemption": Pre, "swap_space": Swap,
+    "cost_model": Cost, "calibration": Calib, "seed": Seed, "num_gpu_blocks": NGB,
+    "kv_memory": KVM, "preset": Preset, "policy": Policy, "victim": Victim, "exact_steps": Exact,
+}
+R = TypeVar("R")
+
+
+def simulate_flags(fn: Callable[..., R]) -> Callable[..., R]:
+    """Give a typer command ``--config`` and every simulate flag (put it under ``@app.command()``).
+
+    ``fn`` declares its own parameters plus ``cfg: SimConfig``. Typer sees ``fn``'s parameters
+    followed by :data:`SIMULATE_FLAGS` (all unset by default); ``fn`` receives ``cfg``, the
+    ``--config`` file merged with the flags given on the command line (:func:`build_config`).
+    """
+    sig = inspect.signature(fn, eval_str=True)
+    flags = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=a)
+             for k, a in SIMULATE_FLAGS.items()]
+    params = [*(p for name, p in sig.parameters.items() if name != "cfg"), *flags]
+
+    @functools.wraps(fn)
+    def command(**kw: Any) -> R:
+        given = {k: kw.pop(k) for k in SIMULATE_FLAGS}
+        return fn(**kw, cfg=build_config(given.pop("config"), **given))
+
+    command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params} | {"return": sig.return_annotation}
+    return command
 
 
 def build_config(config: Path | None, **flags: Any) -> SimConfig:

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from sim.cli import options as o
+from sim.config import SimConfig
 from sim.run import SimResult
 from sim.run import simulate as run_simulation
 from workloads import load_trace
@@ -26,8 +27,8 @@ def bundled_trace() -> Path:
 
 def summary_table(res: SimResult) -> Table:
     s = res.summary
-    t = Table(title=f"kvsim: {s['trace']['path'].split('/')[-1]} | {res.config.model} on {res.config.gpu} "
-                    f"(tp={res.config.tensor_parallel_size}) | {s['cost_model']}", show_header=True)
+    t = Table(title=f"kvsim: {s.trace.path.split('/')[-1]} | {res.config.model} on {res.config.gpu} "
+                    f"(tp={res.config.tensor_parallel_size}) | {s.cost_model}", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
     cfg = res.config
@@ -35,24 +36,22 @@ def summary_table(res: SimResult) -> Table:
         f"slab ({cfg.reservation}, {cfg.slab_placement})"
     rows = [
         ("allocator", alloc),
-        ("KV blocks (incl. null)", f"{s['num_gpu_blocks']:,}"),
-        ("requests finished / rejected", f"{s['num_finished']:,} / {s['num_rejected']:,}"),
-        ("simulated time", f"{s['simulated_s']:.1f} s"),
-        ("throughput", f"{s['throughput']['requests_per_s']:.2f} req/s, {s['throughput']['output_tokens_per_s']:.0f} out tok/s"),
+        ("KV blocks (incl. null)", f"{s.num_gpu_blocks:,}"),
+        ("requests finished / rejected", f"{s.num_finished:,} / {s.num_rejected:,}"),
+        ("simulated time", f"{s.simulated_s:.1f} s"),
+        ("throughput", f"{s.throughput.requests_per_s:.2f} req/s, {s.throughput.output_tokens_per_s:.0f} out tok/s"),
     ]
-    for k in ("ttft_s", "tpot_s", "e2e_s"):
-        p = s[k]
-        if p["p50"] is not None:
-            rows.append((k.removesuffix("_s").upper() + " p50/p90/p99",
-                         f"{p['p50'] * 1e3:.1f} / {p['p90'] * 1e3:.1f} / {p['p99'] * 1e3:.1f} ms"))
-    m = s["memory"]
+    for k, p in (("TTFT", s.ttft_s), ("TPOT", s.tpot_s), ("E2E", s.e2e_s)):
+        if p.p50 is not None and p.p90 is not None and p.p99 is not None:
+            rows.append((k + " p50/p90/p99", f"{p.p50 * 1e3:.1f} / {p.p90 * 1e3:.1f} / {p.p99 * 1e3:.1f} ms"))
+    m = s.memory
     rows.append(("KV pool: token states / reserved / internal / external / free",
                  " / ".join(f"{100 * m[k]:.1f}%" for k in ("token_state", "reserved", "internal_frag", "external_frag", "free"))))
-    rows.append(("preemptions", f"{s['preemptions']:,} ({s['preemptions_per_1k']:.1f} per 1k req)"))
-    rows.append(("prefix cache hit rate", f"{100 * s['prefix_cache']['hit_rate']:.1f}%"))
-    rows.append(("steps (fast-forwarded)", f"{s['num_steps']:,} ({s['fast_forward_steps']:,})"))
-    tm = s["timings"]
-    rows.append(("wall time load / simulate / write", f"{tm['load_s']:.2f} / {tm['simulate_s']:.2f} / {tm['write_s']:.2f} s"))
+    rows.append(("preemptions", f"{s.preemptions:,} ({s.preemptions_per_1k:.1f} per 1k req)"))
+    rows.append(("prefix cache hit rate", f"{100 * s.prefix_cache.hit_rate:.1f}%"))
+    rows.append(("steps (fast-forwarded)", f"{s.num_steps:,} ({s.fast_forward_steps:,})"))
+    tm = s.timings
+    rows.append(("wall time load / simulate / write", f"{tm.load_s:.2f} / {tm.simulate_s:.2f} / {tm.write_s:.2f} s"))
     for r in rows:
         t.add_row(*r)
     return t
@@ -60,24 +59,16 @@ def summary_table(res: SimResult) -> Table:
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @o.simulate_flags
     def simulate(
         trace: Annotated[Path | None, typer.Argument(help="Trace file (default: the bundled Azure conv slice).")] = None,
         out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("runs/latest"),
         format: Annotated[str | None, typer.Option("--format", help="Trace format override.")] = None,
         skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip malformed rows (counted) instead of failing.")] = False,
         check: Annotated[bool, typer.Option("--check", help="Verify allocator invariants after every step.")] = False,
-        config: o.ConfigFile = None, model: o.Model = None, gpu: o.Gpu = None,
-        tensor_parallel_size: o.TP = None, gpu_memory_utilization: o.GMU = None, block_size: o.BS = None,
-        max_num_seqs: o.MNS = None, max_num_batched_tokens: o.MNBT = None, max_model_len: o.MML = None,
-        enable_prefix_caching: o.EPC = None, allocator: o.Alloc = None, reservation: o.Res = None,
-        preemption: o.Pre = None, swap_space: o.Swap = None, cost_model: o.Cost = None,
-        calibration: o.Calib = None, seed: o.Seed = None, num_gpu_blocks: o.NGB = None,
-        kv_memory: o.KVM = None, preset: o.Preset = None, policy: o.Policy = None, victim: o.Victim = None,
-        exact_steps: o.Exact = None,
+        *, cfg: SimConfig,
     ) -> None:
         """Replay a trace through the KV allocator and scheduler; write requests/steps/summary."""
-        flags = {k: v for k, v in locals().items() if k not in ("trace", "out", "format", "skip_bad", "check", "config")}
-        cfg = o.build_config(config, **flags)
         console = Console(stderr=True)
         t0 = time.perf_counter()
         tr = load_trace(trace or bundled_trace(), fmt=format, skip_bad=skip_bad)

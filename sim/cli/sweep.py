@@ -18,6 +18,7 @@ from rich.progress import (
 )
 
 from sim.cli import options as o
+from sim.config import SimConfig
 from sim.errors import ConfigError
 from sim.sweep import expand, load_grid_yaml, parse_sets, run_sweep
 
@@ -30,32 +31,23 @@ Address = Annotated[str | None, typer.Option(
 Jobs = Annotated[int | None, typer.Option("--jobs", "-j", help="Parallel workers (default: CPU count).")]
 Retries = Annotated[int, typer.Option("--max-retries", help="Retries of a point whose worker died.")]
 RetryFailed = Annotated[bool, typer.Option("--retry-failed", help="Rerun points recorded as failed.")]
-_NOT_SIM = ("trace", "out", "set_", "grid", "backend", "address", "jobs", "max_retries",
-            "retry_failed", "config")
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @o.simulate_flags
     def sweep(
         trace: Annotated[Path | None, typer.Argument(help="Trace file (default: the bundled Azure conv slice).")] = None,
         out: Annotated[Path, typer.Option("--out", help="Output directory (sweep.parquet).")] = Path("sweeps/latest"),
         set_: Sets = None, grid: Grid = None, backend: Backend = "local", address: Address = None,
         jobs: Jobs = None, max_retries: Retries = 3, retry_failed: RetryFailed = False,
-        config: o.ConfigFile = None, model: o.Model = None, gpu: o.Gpu = None,
-        tensor_parallel_size: o.TP = None, gpu_memory_utilization: o.GMU = None, block_size: o.BS = None,
-        max_num_seqs: o.MNS = None, max_num_batched_tokens: o.MNBT = None, max_model_len: o.MML = None,
-        enable_prefix_caching: o.EPC = None, allocator: o.Alloc = None, reservation: o.Res = None,
-        preemption: o.Pre = None, swap_space: o.Swap = None, cost_model: o.Cost = None,
-        calibration: o.Calib = None, seed: o.Seed = None, num_gpu_blocks: o.NGB = None,
-        kv_memory: o.KVM = None, preset: o.Preset = None, policy: o.Policy = None, victim: o.Victim = None,
-        exact_steps: o.Exact = None,
+        *, cfg: SimConfig,
     ) -> None:
         """Simulate every point of a grid; append each result to DIR/sweep.parquet as it finishes.
 
         Rerunning into the same DIR skips points already recorded (keyed by config + trace hash).
         """
-        flags = {k: v for k, v in locals().items() if k not in _NOT_SIM}
-        base = o.build_config(config, **flags).model_dump(exclude_unset=True)
+        base = cfg.model_dump(exclude_unset=True)
         spec = load_grid_yaml(grid) if grid else {}
         for k, vals in parse_sets(set_ or []).items():
             spec[k] = vals

@@ -9,6 +9,8 @@ Modules, one concept each:
 - :mod:`sim.fleet.router` -- many replicas behind a router in one SimPy environment.
 - :mod:`sim.fleet.autoscale` -- replicas over time with a cold-start delay vs static peak.
 - :mod:`sim.fleet.prices` -- $/GPU-hour from the catalog or a user YAML.
-- :mod:`sim.fleet.planner` -- the whole pipeline and the ranked table.
-- :mod:`sim.fleet.queueing` -- Erlang-C, M/D/1 and M/D/c formulas (test oracles, pruning).
+- :mod:`sim.fleet.spec` -- what a plan is asked for and the demand measured on the trace.
+- :mod:`sim.fleet.sizing` -- replicas for a demand, given one replica's capacity.
+- :mod:`sim.fleet.table` -- the ranked plan table, cheapest passing row first.
+- :mod:`sim.fleet.planner` -- the whole pipeline, run on :mod:`sim.executor` (local or Ray).
 """

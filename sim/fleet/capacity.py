@@ -24,14 +24,14 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
-from sim.budget import compute_budget
+from sim.budget import budget_for
 from sim.errors import ConfigError
 from sim.fleet.binding import Diagnostics, classify, diagnose
 from sim.fleet.candidate import Candidate
 from sim.fleet.router import replay_fleet
 from sim.fleet.slo import Slo, SloEval, evaluate
 from sim.fleet.workload import at_qps, draw_window, to_trace
-from sim.run import memory_breakdown
+from sim.results import memory_breakdown
 
 KEEP = 0.9     # thinning: share of a window's requests kept
 WARMUP = 0.1   # share of a window's first requests left out of the SLO check
@@ -107,7 +107,7 @@ def _probe(cand: Candidate, spec: SearchSpec, window: pd.DataFrame, qps: float
     res = replay_fleet([cfg], trace, "round-robin", stop_on_fail=(spec.slo, skip))
     req = res.requests.iloc[skip:]
     ev = evaluate(req, spec.slo)
-    b = compute_budget(cfg)
+    b = budget_for(cfg)
     steps = res.steps[0]
     # a run stopped early counts its unfinished requests as misses of every target: take the
     # targets that were certain to fail from the monitor instead
@@ -124,7 +124,7 @@ def search_seed(cand: Candidate, spec: SearchSpec, rep: int, trace_df: pd.DataFr
     """Bracket then bisect the max passing QPS for one replication (runs in a worker)."""
     out = SeedCapacity(cand, rep, 0.0)
     try:
-        compute_budget(cand.config(spec.base))  # fail fast on shapes that do not fit
+        budget_for(cand.config(spec.base))  # fail fast on shapes that do not fit
     except ConfigError as e:
         out.error = str(e)
         return out

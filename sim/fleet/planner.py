@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,53 +23,17 @@ import pandas as pd
 from scipy.stats import norm
 
 from sim.errors import ConfigError
+from sim.executor import run_tasks
 from sim.fleet import autoscale
 from sim.fleet.autoscale import AutoscaleCost
 from sim.fleet.candidate import Candidate, grid
 from sim.fleet.capacity import KEEP, WARMUP, CapacityEstimate, SearchSpec, combine, search_seed
-from sim.fleet.executor import run_tasks
-from sim.fleet.prices import GpuPrice, PricePoint
-from sim.fleet.slo import Slo, wilson_lower
+from sim.fleet.sizing import size
+from sim.fleet.slo import wilson_lower
+from sim.fleet.spec import Demand, PlanSpec
 from sim.fleet.table import build_table
 from sim.fleet.validate import ValidateTask, Validation, validate_fleet
 from sim.fleet.workload import mean_rate, peak_rate, rate_timeline, scale_rate
-
-
-@dataclass(frozen=True, slots=True)
-class PlanSpec:
-    gpus: list[str]
-    tps: list[int]
-    slo: Slo
-    base: dict[str, Any]                       # SimConfig settings shared by all candidates
-    prices: dict[str, GpuPrice]
-    knobs: dict[str, list[Any]] = field(default_factory=dict)
-    rate_scale: float = 1.0
-    target_qps: float | None = None
-    router: str = "least-outstanding-tokens"
-    n_plus_k: int = 0
-    headroom: float = 0.0
-    replications: int = 3
-    seed: int = 0
-    window: int = 2000
-    iters: int = 3
-    peak_window_s: float = 300.0
-    bucket_s: float = 60.0
-    cold_start_s: float = 120.0
-    price_point: PricePoint = "typical"
-    validate: bool = True
-    backend: str = "local"
-    workers: int = 1
-    address: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Demand:
-    mean_qps: float
-    peak_qps: float
-    scale: float               # applied to the trace's arrival rate
-    mean_output_tokens: float
-    mean_total_tokens: float
-    duration_s: float
 
 
 @dataclass(slots=True)
@@ -111,13 +75,6 @@ def measure_demand(df: pd.DataFrame, spec: PlanSpec) -> tuple[pd.DataFrame, Dema
         mean_output_tokens=float(scaled["output_tokens"].mean()),
         mean_total_tokens=float((scaled["output_tokens"] + scaled["prompt_tokens"]).mean()),
         duration_s=float(a[-1] - a[0]) if len(a) > 1 else 0.0)
-
-
-def size(peak_qps: float, capacity: float, headroom: float = 0.0) -> int:
-    """Replicas so that ``replicas x capacity >= peak x (1 + headroom)`` (0 if capacity is 0)."""
-    if capacity <= 0:
-        return 0
-    return max(1, math.ceil(peak_qps * (1 + headroom) / capacity - 1e-9))
 
 
 def capacities(spec: PlanSpec, cands: list[Candidate], scaled: pd.DataFrame, demand: Demand,

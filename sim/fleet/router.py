@@ -41,13 +41,15 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from sim.build import new_replica
 from sim.config import SimConfig
 from sim.engine import Replica
 from sim.errors import ConfigError
 from sim.fleet.monitor import SloMonitor
 from sim.fleet.slo import Slo
+from sim.ingest import make_requests
 from sim.request import Request
-from sim.run import build, make_requests, rejecter, request_frame
+from sim.results import request_frame
 from workloads.schema import Trace
 
 POLICIES = ("round-robin", "least-outstanding-tokens", "prefix-affinity")
@@ -144,19 +146,8 @@ def _assign_static(reqs: list[Request], reps: Sequence[Replica], choose: Policy,
         n = len(reps) if active is None else max(1, min(active(r.arrival_s), len(reps)))
         k = 0 if n == 1 else choose(r, reps[:n], state)
         assigned[r.uid] = k
-        reps[k].inbox.append(r)
+        reps[k].submit(r)
     return assigned
-
-
-def _hint(rep: Replica, rt: Router) -> Callable[[], float]:
-    """Next arrival this replica may see: a submitted-but-unpulled request, or the router's next.
-
-    (Only the router's next arrival is not enough: a request submitted during a step sits in the
-    inbox until the loop pulls it, and fast-forward must not skip past it.)
-    """
-    own = rep._own_next_arrival
-    nxt = rt.next_arrival
-    return lambda: min(own(), nxt())
 
 
 @dataclass(slots=True)
@@ -191,11 +182,9 @@ def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str = "least-o
     env = simpy.Environment()
     reps, scheds = [], []
     for cfg in cfgs:
-        budget, kv, sched, cost = build(cfg)
-        rep = Replica(env, sched, cost, block_bytes=budget.bytes_per_block, exact_steps=cfg.exact_steps,
-                      reject=rejecter(budget, kv, sched))
+        rep = new_replica(env, cfg)
         reps.append(rep)
-        scheds.append(sched)
+        scheds.append(rep.sched)
     reqs = make_requests(trace, cfgs[0])
     state = RouterState(list(weights) if weights else [1.0] * len(cfgs), cfgs[0].block_size)
     if router in STATIC or len(reps) == 1:
@@ -205,7 +194,7 @@ def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str = "least-o
             rep.exact_steps = True
         rt = Router(env, reps, reqs, choose, state, active)
         for rep in reps:
-            rep.next_arrival = _hint(rep, rt)
+            rep.follow_router(rt.next_arrival)
         assigned = rt.assigned
     aborted, failing = False, tuple[str, ...]()
     if stop_on_fail is None:

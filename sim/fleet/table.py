@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from sim.fleet import autoscale
 from sim.fleet.capacity import CapacityEstimate
+from sim.fleet.sizing import size
+from sim.fleet.spec import Demand, PlanSpec
 from sim.fleet.validate import Validation
-
-if TYPE_CHECKING:
-    from sim.fleet.planner import Demand, PlanSpec
 
 COLUMNS = (
     "gpu", "tp", "knobs", "replicas", "gpus", "replicas_math", "slo_pass", "validated",
@@ -27,7 +26,6 @@ COLUMNS = (
 
 def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation | None,
          timeline: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
-    from sim.fleet.planner import size
     c = cap.candidate
     price = spec.prices[c.gpu]
     usd_gpu = price.at(spec.price_point)

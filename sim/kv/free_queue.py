@@ -24,19 +24,6 @@ class FreeQueue:
         self.size = 0
         self.append_n(list(initial))
 
-    def popleft_n(self, n: int) -> list[int]:
-        """Remove and return the first ``n`` blocks (caller checked ``n <= size``)."""
-        nxt = self._next
-        out = []
-        b = nxt[self._head]
-        for _ in range(n):
-            out.append(b)
-            b = nxt[b]
-        nxt[self._head] = b
-        self._prev[b] = self._head
-        self.size -= n
-        return out
-
     def pop_n(self, n: int) -> list[int]:
         """Remove and return the last ``n`` blocks, last first (stack order, paper-v0)."""
         prv = self._prev

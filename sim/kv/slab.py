@@ -1,14 +1,9 @@
 """Contiguous-slab KV allocator: the vLLM paper's Orca baselines (paper-baselines.md s2).
 
 Each request gets ONE contiguous chunk of token slots, reserved at admission and held until
-it finishes. Reservation policy (how many output slots to reserve) is passed in; placement is
-a binary buddy allocator (chunks rounded up to a power of two) or first-fit (exact size).
-
-Pool of 15,728 slots (OPT-13B, 12 GiB): not a power of two, so it is split into independent
-buddy trees of its binary components, largest first (our documented assumption)::
-
-    [ 8192 ][ 4096 ][ 2048 ][1024][256][64][32][16]     = 15,728
-    a 700-token request -> 1024-slot chunk; 324 slots are buddy rounding (external)
+it finishes. The reservation policy (how many output slots to reserve) is passed in;
+placement is a binary buddy allocator or first-fit (:mod:`sim.kv.placement`). In the
+:class:`~sim.kv.base.KvAllocator` contract a slab is a pool of 1-slot blocks.
 
 Memory categories for a live chunk (paper Fig. 2)::
 
@@ -20,8 +15,11 @@ Memory categories for a live chunk (paper Fig. 2)::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
+from sim.kv.base import MemoryBreakdown
+from sim.kv.placement import BuddyPlacement, FirstFitPlacement, Placement, pow2_ceil
 from sim.request import Request
 
 Reservation = Callable[[Request, int], int]  # (request, max_model_len) -> reserved output slots
@@ -42,136 +40,34 @@ def reserve_oracle(req: Request, max_len: int) -> int:
 RESERVATIONS: dict[str, Reservation] = {"max": reserve_max, "pow2": reserve_pow2, "oracle": reserve_oracle}
 
 
-def pow2_ceil(n: int) -> int:
-    return 1 << (n - 1).bit_length()
+@dataclass(slots=True, frozen=True)
+class Chunk:
+    """A request's slab handle (``Request.kv``): where its chunk starts and how big it is."""
 
-
-class BuddyPlacement:
-    """Binary buddy allocator over a pool decomposed into power-of-two trees."""
-
-    rounds = True
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.trees: list[tuple[int, int]] = []  # (base, size)
-        base = 0
-        for bit in range(size.bit_length() - 1, -1, -1):
-            if size >> bit & 1:
-                self.trees.append((base, 1 << bit))
-                base += 1 << bit
-        self.free: dict[int, set[int]] = {}
-        self.tree_of: dict[int, tuple[int, int]] = {}
-        for b, s in self.trees:
-            self.free.setdefault(s, set()).add(b)
-            self.tree_of[b] = (b, s)
-        self.live: dict[int, int] = {}  # start -> size
-
-    def _tree(self, start: int) -> tuple[int, int]:
-        for b, s in self.trees:
-            if b <= start < b + s:
-                return b, s
-        raise AssertionError(start)
-
-    def alloc(self, n: int) -> int | None:
-        size = pow2_ceil(n)
-        cands = [s for s, blocks in self.free.items() if s >= size and blocks]
-        if not cands:
-            return None
-        s = min(cands)
-        start = min(self.free[s])
-        self.free[s].discard(start)
-        while s > size:  # split, keep the low half
-            s //= 2
-            self.free.setdefault(s, set()).add(start + s)
-        self.live[start] = size
-        return start
-
-    def release(self, start: int) -> None:
-        size = self.live.pop(start)
-        base, tsize = self._tree(start)
-        while size < tsize:
-            buddy = base + ((start - base) ^ size)
-            fl = self.free.get(size)
-            if not fl or buddy not in fl:
-                break
-            fl.discard(buddy)
-            start = min(start, buddy)
-            size *= 2
-        self.free.setdefault(size, set()).add(start)
-
-    def largest_free(self) -> int:
-        return max((s for s, b in self.free.items() if b), default=0)
-
-    def total_free(self) -> int:
-        return sum(s * len(b) for s, b in self.free.items())
-
-    def check(self) -> None:
-        spans = sorted([(st, s) for s, bl in self.free.items() for st in bl] + list(self.live.items()))
-        pos = 0
-        for st, s in spans:
-            assert st == pos, f"buddy: gap or overlap at {pos} (next span starts {st})"
-            base, _ = self._tree(st)
-            assert (st - base) % s == 0, "buddy block misaligned"
-            pos += s
-        assert pos == self.size, "buddy: slots not conserved"
-
-
-class FirstFitPlacement:
-    """Exact-size chunks placed at the lowest address gap that fits."""
-
-    rounds = False
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.live: dict[int, int] = {}
-
-    def _gaps(self) -> list[tuple[int, int]]:
-        gaps, pos = [], 0
-        for st in sorted(self.live):
-            if st > pos:
-                gaps.append((pos, st - pos))
-            pos = st + self.live[st]
-        if pos < self.size:
-            gaps.append((pos, self.size - pos))
-        return gaps
-
-    def alloc(self, n: int) -> int | None:
-        for st, g in self._gaps():
-            if g >= n:
-                self.live[st] = n
-                return st
-        return None
-
-    def release(self, start: int) -> None:
-        del self.live[start]
-
-    def largest_free(self) -> int:
-        return max((g for _, g in self._gaps()), default=0)
-
-    def total_free(self) -> int:
-        return self.size - sum(self.live.values())
-
-    def check(self) -> None:
-        pos = 0
-        for st in sorted(self.live):
-            assert st >= pos, "first-fit: overlapping chunks"
-            pos = st + self.live[st]
-        assert pos <= self.size, "first-fit: chunk past the pool end"
+    start: int
+    size: int        # slots placed (rounded up for buddy)
+    requested: int   # slots the reservation asked for
 
 
 class SlabAllocator:
     """One contiguous chunk per request, reserved at admission (Orca)."""
 
-    kind = "slab"
+    paged = False
+    block_size = 1
+    evictions = 0
+    shared_excess = 0
 
     def __init__(self, pool_slots: int, max_model_len: int, reservation: str = "max",
                  placement: str = "buddy") -> None:
-        self.pool_slots = pool_slots
+        self.pool_slots = self.num_blocks = self.usable_blocks = pool_slots
         self.max_model_len = max_model_len
         self.reserve = RESERVATIONS[reservation]
-        self.placement: BuddyPlacement | FirstFitPlacement = (
+        self.placement: Placement = (
             BuddyPlacement(pool_slots) if placement == "buddy" else FirstFitPlacement(pool_slots))
+        # running totals over live chunks, so a breakdown is O(1)
+        self._final = self._requested = self._chunk = 0
 
+    # ---- sizes --------------------------------------------------------------------------------
     def requested_slots(self, req: Request) -> int:
         return min(req.prompt_tokens + self.reserve(req, self.max_model_len), self.max_model_len)
 
@@ -179,53 +75,78 @@ class SlabAllocator:
         n = self.requested_slots(req)
         return pow2_ceil(n) if self.placement.rounds else n
 
-    def can_ever_fit(self, req: Request) -> bool:
-        if self.placement.rounds:
-            return self.chunk_slots(req) <= max(s for _, s in self.placement.trees)  # type: ignore[union-attr]
-        return self.chunk_slots(req) <= self.pool_slots
+    @property
+    def num_free_blocks(self) -> int:
+        return self.placement.total_free()
 
-    def admit(self, req: Request) -> bool:
+    def num_held_blocks(self, req: Request) -> int:
+        return 0 if req.kv is None else req.kv.size
+
+    def never_fits(self, req: Request) -> str:
+        if self.chunk_slots(req) <= self.placement.largest_chunk():
+            return ""
+        return f"chunk of {self.chunk_slots(req)} slots > largest contiguous region of the KV pool"
+
+    # ---- the allocator contract ----------------------------------------------------------------
+    def get_computed_blocks(self, req: Request) -> list[int]:
+        return []  # no prefix sharing between contiguous chunks
+
+    def register_full_blocks(self, req: Request, num_tokens: int) -> None:
+        return None
+
+    def blocks_needed(self, req: Request, num_tokens: int, hits: Sequence[int] = ()) -> int:
+        """The whole chunk, once; later steps write inside it."""
+        return 0 if req.kv is not None else self.chunk_slots(req)
+
+    def can_allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
+                     *, reserve: int = 0) -> int:
+        """The chunk must fit in one free region; ``reserve`` does not apply (whole chunks)."""
+        if req.kv is not None:
+            return 0
+        n = self.chunk_slots(req)
+        return n if n <= self.placement.largest_free() else -1
+
+    def allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
+                 *, reserve: int = 0) -> bool:
+        """The chunk is reserved once, at admission; later steps always fit inside it."""
+        if req.kv is not None:
+            return True
         n = self.requested_slots(req)
         start = self.placement.alloc(n)
         if start is None:
             return False
-        req.chunk_start, req.requested_slots = start, n
-        req.chunk_size = self.placement.live[start]
+        chunk = req.kv = Chunk(start, self.placement.live[start], n)
+        self._final += req.final_tokens
+        self._requested += n
+        self._chunk += chunk.size
         return True
 
     def free(self, req: Request) -> None:
-        if req.chunk_start >= 0:
-            self.placement.release(req.chunk_start)
-        req.chunk_start, req.chunk_size, req.requested_slots = -1, 0, 0
+        chunk = req.kv
+        if chunk is None:
+            return
+        self.placement.release(chunk.start)
+        self._final -= req.final_tokens
+        self._requested -= chunk.requested
+        self._chunk -= chunk.size
+        req.kv = None
 
-    def breakdown(self, live: Iterable[Request]) -> tuple[int, int, int, int, int]:
-        """(token_state, reserved, internal_frag, external_frag, free) slots; sums to the pool."""
-        tok = res = internal = rounding = 0
-        for r in live:
-            done = r.num_computed_tokens
-            tok += done
-            res += r.final_tokens - done
-            internal += r.requested_slots - r.final_tokens
-            rounding += r.chunk_size - r.requested_slots
+    # ---- memory -------------------------------------------------------------------------------
+    def breakdown(self, live: Iterable[Request], computed_tokens: int) -> MemoryBreakdown:
+        """(token_state, reserved, internal_frag, external_frag, free) slots; sums to the pool.
+
+        Free slots outside the largest free region count as external fragmentation.
+        """
+        tok = computed_tokens
         largest = self.placement.largest_free()
         holes = self.placement.total_free() - largest
-        return tok, res, internal, rounding + holes, largest
+        return MemoryBreakdown(tok, self._final - tok, self._requested - self._final,
+                               self._chunk - self._requested + holes, largest)
 
     def check(self, live: Iterable[Request] = ()) -> None:
         self.placement.check()
-        starts = {r.chunk_start for r in live if r.chunk_start >= 0}
-        assert starts == set(self.placement.live), "live chunks != requests holding chunks"
-
-    # ---- the scheduler-facing surface shared with PagedAllocator ----------------------------
-    block_size = 0
-    evictions = 0
-    shared_excess = 0
-    num_free_blocks = 0  # no blocks: the steps table's free_blocks column is paged-only
-
-    def get_computed_blocks(self, req: Request) -> list[int]:
-        return []  # no prefix sharing between contiguous chunks
-
-    def allocate_slots(self, req: Request, num_new_tokens: int, hit_blocks: object = (), *,
-                       full_sequence_must_fit: bool = False, apply_watermark: bool = False) -> bool:
-        """The chunk is reserved once, at admission; later steps always fit inside it."""
-        return True if req.chunk_start >= 0 else self.admit(req)
+        chunks = [r for r in live if r.kv is not None]
+        assert {r.kv.start for r in chunks} == set(self.placement.live), \
+            "live chunks != requests holding chunks"
+        assert self._chunk == sum(self.placement.live.values()), "chunk total drift"
+        assert self._requested == sum(r.kv.requested for r in chunks), "requested total drift"

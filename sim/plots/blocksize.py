@@ -50,7 +50,7 @@ def tradeoff_table(cfg: SimConfig, trace: Trace, block_sizes: Sequence[int], bat
             "tail_waste_final": float(((blocks * B - final) / (blocks * B)).mean()),
             "table_len_mean": float(blocks.mean()), "table_len_p99": float(np.percentile(blocks, 99)),
             "decode_step_s": cost.step_time(step), "page_term_s": cost.step_time(step) - cost.step_time(no_pages),
-            "tpot_p50_s": res.summary["tpot_s"]["p50"], "cost_model": cost.name,
+            "tpot_p50_s": res.summary.tpot_s.p50, "cost_model": cost.name,
         })
     return pd.DataFrame(rows)
 

@@ -21,11 +21,12 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from sim.build import build, new_replica
 from sim.config import SimConfig
 from sim.engine import Replica
+from sim.ingest import make_requests
 from sim.kv.paged import PagedAllocator
 from sim.plots.common import RunInfo, config_label
-from sim.run import build, make_requests, rejecter
 from workloads import Trace
 
 FREE, TOKENS, TAIL, RESERVED, INTERNAL, EXTERNAL, SHARED, CACHED = range(8)
@@ -66,16 +67,16 @@ def _snap_paged(kv: PagedAllocator, running: Sequence, lay: Layout) -> None:  # 
     owner = np.full(kv.num_blocks, -1, np.int32)
     state = np.full(kv.num_blocks, FREE, np.int8)
     for b in range(kv.num_blocks):
-        if kv.ref[b] == 0 and kv.block_hash[b] is not None:
+        if kv.pool.ref[b] == 0 and kv.pool.block_hash[b] is not None:
             state[b] = CACHED
-    if kv.null_block == 0:
+    if kv.pool.null_block == 0:
         state[0] = EXTERNAL
     tables = {}
     for r in running:
         row = []
-        for j, b in enumerate(r.blocks):
+        for j, b in enumerate(r.kv.blocks):
             fill = min(max(r.num_computed_tokens - j * B, 0), B)
-            st = SHARED if kv.ref[b] > 1 else TOKENS if fill == B else TAIL
+            st = SHARED if kv.pool.ref[b] > 1 else TOKENS if fill == B else TAIL
             if owner[b] < 0:
                 owner[b] = r.uid
             state[b] = st
@@ -91,10 +92,10 @@ def _snap_slab(pool: int, running: Sequence, lay: Layout) -> None:  # type: igno
     state = np.full(pool, FREE, np.int8)
     tables = {}
     for r in running:
-        s = r.chunk_start
-        if s < 0:
+        if r.kv is None:
             continue
-        marks = [s, s + r.num_computed_tokens, s + r.final_tokens, s + r.requested_slots, s + r.chunk_size]
+        s, chunk = r.kv.start, r.kv
+        marks = [s, s + r.num_computed_tokens, s + r.final_tokens, s + chunk.requested, s + chunk.size]
         owner[s:marks[-1]] = r.uid
         for (a, b), st in zip(pairwise(marks), (TOKENS, RESERVED, INTERNAL, EXTERNAL), strict=True):
             state[a:b] = st
@@ -106,7 +107,8 @@ def _snap_slab(pool: int, running: Sequence, lay: Layout) -> None:  # type: igno
 
 def record_layout(cfg: SimConfig, trace: Trace) -> Layout:
     """Replay ``trace`` (keep it small: one snapshot per step) and snapshot the pool each step."""
-    budget, kv, sched, cost = build(cfg)
+    parts = build(cfg)
+    kv, cost = parts.kv, parts.cost
     info = RunInfo(Path(trace.path).name, cfg.model, cfg.gpu, cost.name, config_label(cfg.model_dump()))
     paged = isinstance(kv, PagedAllocator)
     lay = Layout("paged" if paged else "slab", kv.block_size if paged else 1, info)
@@ -117,11 +119,10 @@ def record_layout(cfg: SimConfig, trace: Trace) -> Layout:
         if isinstance(kv, PagedAllocator):
             _snap_paged(kv, rep.sched.running, lay)
         else:
-            _snap_slab(kv.pool_slots, rep.sched.running, lay)
+            _snap_slab(kv.num_blocks, rep.sched.running, lay)
 
-    rep = Replica(env, sched, cost, block_bytes=budget.bytes_per_block, exact_steps=True,
-                  reject=rejecter(budget, kv, sched), on_step=on_step)
-    rep.inbox.extend(make_requests(trace, cfg))
+    rep = new_replica(env, cfg, parts=parts, exact_steps=True, on_step=on_step)
+    rep.submit_all(make_requests(trace, cfg))
     env.run()
     return lay
 

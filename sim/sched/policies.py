@@ -1,4 +1,7 @@
-"""Scheduling policies as plain functions (Ciw style): victim choice and queue ordering."""
+"""Victim choice as plain functions (Ciw style): given the running list, whom to preempt.
+
+Queue ordering lives in :mod:`sim.sched.queues`; what a victim loses in :mod:`sim.sched.preemption`.
+"""
 
 from __future__ import annotations
 

@@ -21,12 +21,13 @@ from typing import Any
 import yaml
 
 from calibration.features import scale_coefficients
-from sim.cost import StepBatch, allreduce_time
+from sim.cost.batch import StepBatch
+from sim.cost.roofline import allreduce_time
 from sim.errors import ConfigError
 from sim.specs import GpuSpec, ModelSpec, gpu_catalog
 
 SCHEMA = "kvsim-calibration/1"
-DATA_DIR = Path(__file__).resolve().parents[1] / "calibration" / "data"
+DATA_DIR = Path(__file__).resolve().parents[2] / "calibration" / "data"
 NO_DATA = ("no calibration data committed yet; run calibration/run_gpu.py on a GPU, "
            "or use --cost-model roofline")
 ETA_BW = 0.9  # roofline fallback (H200 measurement, specs.md)

@@ -1,0 +1,54 @@
+"""Trace rows -> Requests, with ``n`` / ``beam_width`` > 1 fanned out into sibling requests.
+
+In V1 mode siblings share their prompt through the prefix cache (``("shared", row)`` content
+when the row has no token ids of its own); in paper-v0 fork mode they form a sequence group
+that is admitted and forked together (:mod:`sim.sched.paper_v0`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.config import SimConfig
+from sim.request import Request
+from workloads.schema import Trace
+
+
+def make_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
+    df = trace.df
+    arrival = df["arrival_s"].to_numpy(np.float64).tolist()
+    prompt = df["prompt_tokens"].to_numpy(np.int64).tolist()
+    output = df["output_tokens"].to_numpy(np.int64).tolist()
+    rid = df["request_id"].astype(str).tolist()
+    prio = df["priority"].to_numpy(np.int64).tolist() if "priority" in df else None
+    nsamp = df["n"].to_numpy(np.int64).tolist() if "n" in df else None
+    beam = df["beam_width"].to_numpy(np.int64).tolist() if "beam_width" in df else None
+    ids = df["prompt_token_ids"].tolist() if "prompt_token_ids" in df else None
+    hids = df["hash_ids"].tolist() if "hash_ids" in df else None
+    tph = df["tokens_per_hash"].to_numpy(np.int64).tolist() if "tokens_per_hash" in df else None
+    caching = bool(cfg.resolved("enable_prefix_caching"))
+    fork = cfg.resolved("sharing") == "fork-cow" and cfg.allocator == "paged"
+    out: list[Request] = []
+    for i in range(len(arrival)):
+        content: object = None
+        if caching:
+            if ids is not None and isinstance(ids[i], (list, tuple, np.ndarray)):
+                content = ("ids", tuple(int(x) for x in ids[i]))
+            elif hids is not None and isinstance(hids[i], (list, tuple, np.ndarray)) and len(hids[i]):
+                content = ("hash", tuple(int(x) for x in hids[i]), int(tph[i]) if tph else 512)
+        width = beam[i] if beam else 1
+        fan = max(nsamp[i] if nsamp else 1, width)
+        if fan > 1 and content is None and caching:
+            content = ("shared", i)
+        parent = len(out) if fan > 1 else -1
+        group: list[Request] | None = [] if fork and fan > 1 else None
+        for k in range(fan):
+            r = Request(
+                uid=len(out), request_id=rid[i] if fan == 1 else f"{rid[i]}#{k}",
+                arrival_s=arrival[i], prompt_tokens=prompt[i], output_tokens=output[i],
+                priority=prio[i] if prio else 0, content=content, parent=parent,
+                group=group, beam=group is not None and width > 1)
+            if group is not None:
+                group.append(r)
+            out.append(r)
+    return out

@@ -1,0 +1,124 @@
+"""The allocator contract: what the scheduler, the step kernel and the plots may ask of a KV pool.
+
+Two allocators implement it -- :class:`~sim.kv.paged.PagedAllocator` (vLLM's block pool with a
+prefix cache) and :class:`~sim.kv.slab.SlabAllocator` (one contiguous chunk per request, the
+paper's Orca baselines). Both count capacity in *blocks* of ``block_size`` token slots; a slab
+is a pool of 1-slot blocks that it hands out in contiguous runs::
+
+    paged (B = 4)   [r0 ][r1 ][r0 ][ . ][r2 ][ . ]     any free block serves any request
+    slab  (B = 1)   [r0 r0 r0 r0 r0 . . . r1 r1 . .]   a request needs one run of free slots
+
+The allocator is mechanism. It answers "how many free blocks would this take" and does what it
+is told; *whether* to admit, preempt or resume (watermark, full-prompt reservation, victim
+choice) is decided in :mod:`sim.sched`. Each allocator keeps its per-request state in one
+handle, ``Request.kv`` (a :class:`~sim.kv.block_table.BlockTable` or a
+:class:`~sim.kv.slab.Chunk`), so a request carries no allocator fields of its own.
+
+A coordinator over several KV-cache groups (full attention + sliding window sharing one block
+pool, as vLLM's ``KVCacheCoordinator``) implements the same Protocol: its handle holds one
+table per group and its answers sum over the groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple, Protocol
+
+from sim.request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class MemoryBreakdown(NamedTuple):
+    """The KV pool in token slots, by what each slot holds; the five fields sum to the pool.
+
+    ``token_state``: K/V of computed tokens. ``reserved``: held for tokens not yet computed
+    (a slab's reservation). ``internal_frag``: held but never to be used (a block's unused
+    tail, a slab's over-reservation). ``external_frag``: unusable for allocation (the null
+    block, buddy rounding and holes). ``free``: allocatable.
+    """
+
+    token_state: int
+    reserved: int
+    internal_frag: int
+    external_frag: int
+    free: int
+
+
+class KvAllocator(Protocol):
+    """A KV pool as the scheduler and the engine see it (see the module docstring)."""
+
+    num_blocks: int        # blocks in the pool, incl. unusable ones (the null block)
+    usable_blocks: int     # blocks that can ever be handed out
+
+    @property
+    def block_size(self) -> int:
+        """Token slots per block (a slab: 1)."""
+        ...
+
+    @property
+    def paged(self) -> bool:
+        """True: attention reads a block table (scattered pages); False: one contiguous chunk."""
+        ...
+
+    @property
+    def num_free_blocks(self) -> int: ...
+
+    @property
+    def evictions(self) -> int:
+        """Cached blocks evicted by allocation (prefix cache)."""
+        ...
+
+    @property
+    def shared_excess(self) -> int:
+        """Sum over blocks of max(ref - 1, 0): blocks saved by sharing."""
+        ...
+
+    def get_computed_blocks(self, req: Request) -> list[int]:
+        """Prefix lookup: cached blocks the request may adopt (none for a slab)."""
+        ...
+
+    def blocks_needed(self, req: Request, num_tokens: int, hits: Sequence[int] = ()) -> int:
+        """Free blocks that giving ``req`` room for ``num_tokens`` tokens in all would take.
+
+        ``hits`` are prefix-cache blocks adopted with the allocation; the ones sitting in the
+        free queue (ref count 0) leave it and are counted.
+        """
+        ...
+
+    def can_allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
+                     *, reserve: int = 0) -> int:
+        """New blocks to take for ``num_new_tokens`` more tokens, or -1 if fewer than that plus
+        ``reserve`` are free."""
+        ...
+
+    def allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
+                 *, reserve: int = 0) -> bool:
+        """All-or-nothing :meth:`can_allocate` + take; False changes nothing."""
+        ...
+
+    def register_full_blocks(self, req: Request, num_tokens: int) -> None:
+        """Publish the request's full blocks up to ``num_tokens`` to the prefix cache."""
+        ...
+
+    def free(self, req: Request) -> None:
+        """Release everything ``req`` holds."""
+        ...
+
+    def num_held_blocks(self, req: Request) -> int:
+        """Blocks in the request's table (a slab: slots of its chunk)."""
+        ...
+
+    def never_fits(self, req: Request) -> str:
+        """Why ``req`` can never be placed even in an empty pool, or ""."""
+        ...
+
+    def breakdown(self, live: Iterable[Request], computed_tokens: int) -> MemoryBreakdown:
+        """Memory categories now; ``computed_tokens`` is the live requests' computed total."""
+        ...
+
+    def check(self, live: Iterable[Request] = ()) -> None:
+        """Raise AssertionError if the state is inconsistent with ``live`` holding what it holds."""
+        ...

@@ -1,0 +1,157 @@
+"""vLLM 0.33's BlockPool: block identities, ref counts, the free queue and the prefix-cache map.
+
+Shared by every KV-cache group of a paged allocator. It knows blocks, not requests.
+
+Free order (vLLM 0.33): a table is released tail-first; blocks without a hash go to the
+*front* of the free queue (reused first), hashed blocks to the *tail* (evicted last, LRU)::
+
+    release [1 2 3] with 1, 2 hashed, 3 partial (unhashed):
+    before   head <-> 4 <-> ... <-> 10 <-> tail
+    after    head <-> 3 <-> 4 <-> ... <-> 10 <-> 2 <-> 1 <-> tail
+
+``tail`` (vllm-v1-legacy) appends everything to the tail; ``stack`` (paper-v0) pops and
+pushes at the tail, so the last block freed is the first reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sim.kv.free_queue import FreeQueue
+
+FREE_ORDERS = ("front-tail", "tail", "stack")
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int, *, null_block: bool = True,
+                 free_order: str = "front-tail") -> None:
+        if free_order not in FREE_ORDERS:
+            raise ValueError(free_order)
+        self.num_blocks = num_blocks
+        self.null_block = 0 if null_block else -1
+        self.usable_blocks = num_blocks - (1 if null_block else 0)
+        self.free_order = free_order
+        self.stack = free_order == "stack"
+        self.ref = [0] * num_blocks
+        self.block_hash: list[int | None] = [None] * num_blocks
+        self.cache: dict[int, int] = {}            # hash key -> block
+        self.dups: dict[int, list[int]] = {}       # extra blocks registered under the same key
+        self.shared_excess = 0                     # sum over blocks of max(ref - 1, 0)
+        self.evictions = 0
+        self.free_queue = FreeQueue(num_blocks, range(1 if null_block else 0, num_blocks))
+
+    # ---- prefix-cache map ---------------------------------------------------------------------
+    def cache_block(self, b: int, key: int) -> None:
+        """Give block ``b`` the hash ``key``; a second block under a key waits in ``dups``."""
+        self.block_hash[b] = key
+        if key in self.cache:
+            self.dups.setdefault(key, []).append(b)
+        else:
+            self.cache[key] = b
+
+    def _evict(self, b: int, key: int) -> None:
+        self.block_hash[b] = None
+        self.evictions += 1
+        if self.cache.get(key) == b:
+            extra = self.dups.get(key)
+            if extra:  # the next block registered under this hash, as vLLM's per-hash dict
+                self.cache[key] = extra.pop(0)
+                if not extra:
+                    del self.dups[key]
+            else:
+                del self.cache[key]
+        else:
+            self.dups[key].remove(b)
+            if not self.dups[key]:
+                del self.dups[key]
+
+    # ---- taking and giving back ---------------------------------------------------------------
+    def get_new_blocks(self, n: int) -> list[int]:
+        """Pop ``n`` blocks from the free queue's front (the end for ``stack``); ref count 1.
+
+        A popped block that still carries a hash is evicted from the prefix cache (counted).
+        Hot path: the queue walk, the eviction check and the ref count share one loop.
+        """
+        if self.stack:
+            popped = self.free_queue.pop_n(n)
+            for b in popped:
+                self.ref[b] = 1
+            return popped
+        fq = self.free_queue
+        nxt, head = fq._next, fq._head
+        ref, bh, cache, dups = self.ref, self.block_hash, self.cache, self.dups
+        out: list[int] = []
+        add = out.append
+        b = nxt[head]
+        for _ in range(n):
+            add(b)
+            key = bh[b]
+            if key is not None:
+                if not dups and cache.get(key) == b:  # common case of _evict, inlined
+                    bh[b] = None
+                    del cache[key]
+                    self.evictions += 1
+                else:
+                    self._evict(b, key)
+            ref[b] = 1
+            b = nxt[b]
+        nxt[head] = b
+        fq._prev[b] = head
+        fq.size -= n
+        return out
+
+    def touch(self, blocks: Iterable[int]) -> None:
+        """Take one more reference on each block (a hit on a free block unlinks it)."""
+        ref, fq = self.ref, self.free_queue
+        for b in blocks:
+            if ref[b] == 0:
+                fq.remove(b)
+            else:
+                self.shared_excess += 1
+            ref[b] += 1
+
+    def num_free_among(self, blocks: Sequence[int]) -> int:
+        """How many of ``blocks`` sit in the free queue (ref count 0)."""
+        ref = self.ref
+        return sum(1 for b in blocks if ref[b] == 0)
+
+    def release(self, table: list[int]) -> None:
+        """Drop one reference on each block of a table (tail first; see the module docstring)."""
+        ref, bh = self.ref, self.block_hash
+        front: list[int] = []
+        tail: list[int] = []
+        to_front, to_tail = front.append, tail.append
+        split = self.free_order == "front-tail"
+        for b in (table if self.stack else reversed(table)):
+            r = ref[b] - 1
+            ref[b] = r
+            if r > 0:
+                self.shared_excess -= 1
+            elif split and bh[b] is None:
+                to_front(b)
+            else:
+                to_tail(b)
+        self.free_queue.prepend_n(front)
+        self.free_queue.append_n(tail)
+
+    # ---- invariants ---------------------------------------------------------------------------
+    def check(self, references: list[int] | None = None) -> None:
+        """Raise AssertionError if the pool is inconsistent; ``references[b]`` counts the tables
+        that hold block ``b`` (then it must equal the ref count)."""
+        N = self.num_blocks
+        fq = self.free_queue
+        in_q = fq.to_list()
+        assert len(in_q) == fq.size == len(set(in_q)), "free queue size/duplicates"
+        assert all(x >= 0 for x in self.ref), "negative ref count"
+        if references is not None:
+            assert references == self.ref, "ref counts != block-table references"
+        used = sum(1 for x in self.ref if x > 0)
+        null = N - self.usable_blocks
+        assert used + fq.size + null == N, f"blocks not conserved: {used}+{fq.size}+{null} != {N}"
+        for b in in_q:
+            assert self.ref[b] == 0 and b != self.null_block, f"block {b} in free queue but in use"
+        assert self.shared_excess == sum(max(x - 1, 0) for x in self.ref), "shared excess drift"
+        for key, b in self.cache.items():
+            assert self.block_hash[b] == key, "cache map points at a block with another hash"
+        n_hashed = sum(1 for h in self.block_hash if h is not None)
+        assert n_hashed == len(self.cache) + sum(len(v) for v in self.dups.values()), "hash map size"

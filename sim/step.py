@@ -1,0 +1,84 @@
+"""The step kernel: what every engine step does around the scheduler, shared by the exact
+loop (:mod:`sim.engine`) and fast-forward (:mod:`sim.fastforward`).
+
+    plan  = sched.schedule(now, step)          # who runs, how many tokens
+    batch = kernel.batch(plan)                 # StepBatch: the cost model's whole input
+    dt    = cost.step_time(batch)              # the step-cost seam (sim/cost)
+    done  = sched.update(plan, now + dt, step) # tokens computed, tokens sampled
+    kernel.finish(done, now + dt)              # free, mark finished
+    kernel.record(now, dt, plan, batch)        # one StepRecord
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.cost import StepBatch, StepCostModel
+from sim.kv.base import KvAllocator, MemoryBreakdown
+from sim.records import StepLog, StepRecord
+from sim.request import Request
+from sim.sched.plan import StepPlan
+from sim.sched.scheduler import Scheduler
+
+
+@dataclass(slots=True, eq=False)
+class StepKernel:
+    sched: Scheduler
+    kv: KvAllocator
+    cost: StepCostModel
+    block_bytes: int = 0               # KV bytes per block (swap traffic in the cost model)
+    log: StepLog = field(default_factory=StepLog)
+    finished: list[Request] = field(default_factory=list)
+    step: int = 0                      # index of the next step
+    busy_s: float = 0.0
+    ff_steps: int = 0                  # steps applied by fast-forward
+    page_size: int = 0                 # StepBatch.block_size: tokens per page, 0 = contiguous
+
+    def __post_init__(self) -> None:
+        self.page_size = self.kv.block_size if self.kv.paged else 0
+
+    def batch(self, plan: StepPlan) -> StepBatch:
+        """Describe the step for the cost model (prefill vs decode work, pages touched)."""
+        B = self.page_size
+        pf_tok = pf_seqs = pf_ctx = dec = dec_ctx = pages = 0
+        pairs = 0.0
+        riders = plan.free_riders
+        for r, n in plan.scheduled:
+            if riders and r.uid in riders:
+                continue  # forked group member: the leader's prefill computed its KV
+            c = r.num_computed_tokens
+            ctx = c + n
+            if n == 1 and r.num_output and c == r.num_tokens - 1:
+                dec += 1
+                dec_ctx += ctx
+            else:
+                pf_tok += n
+                pf_seqs += 1
+                pf_ctx += ctx
+                pairs += n * (2 * c + n + 1) / 2
+            if B:
+                pages += -(-ctx // B)
+        return StepBatch(pf_tok, pf_seqs, pairs, pf_ctx, dec, dec_ctx, pages, B,
+                         plan.swap_out_blocks, plan.swap_in_blocks, self.block_bytes)
+
+    def finish(self, done: list[Request], end: float) -> None:
+        """Finish requests whose last token the step ending at ``end`` sampled (in this order)."""
+        if done:
+            self.sched.finish(done, end, self.step)
+            self.finished.extend(done)
+
+    def breakdown(self) -> MemoryBreakdown:
+        running = self.sched.running
+        return self.kv.breakdown(running, sum(r.num_computed_tokens for r in running))
+
+    def record(self, start: float, dt: float, plan: StepPlan, batch: StepBatch,
+               mem: MemoryBreakdown | None = None) -> None:
+        """Append the step's record and advance the step counter and busy time."""
+        sched, kv = self.sched, self.kv
+        tok, res, internal, ext, free = mem if mem is not None else self.breakdown()
+        self.log.append(StepRecord(
+            self.step, start, dt, len(sched.running), sched.num_waiting, batch.prefill_tokens,
+            batch.num_decode_seqs, plan.num_preempted, kv.num_free_blocks, tok, res, internal, ext,
+            free, kv.shared_excess, plan.swap_out_blocks, plan.swap_in_blocks))
+        self.busy_s += dt
+        self.step += 1

@@ -1,0 +1,71 @@
+"""The sweep driver: skip what ``DIR`` already holds, run the rest on :mod:`sim.executor`, store
+each row as it arrives, compact.
+
+Local workers read each trace from its path themselves (cached per process, see
+``worker.py``); for Ray the driver loads every trace once and ships it with ``ray.put``, since
+workers on other machines may not have the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.errors import ConfigError
+from sim.executor import BACKENDS, completed
+from sim.sweep.point import Point
+from sim.sweep.row import failed_row
+from sim.sweep.store import SweepStore
+from sim.sweep.worker import run_point
+from workloads import Trace, load_trace
+
+ProgressFn = Callable[[int, int, int], None]  # (done, total, failed)
+PointFn = Callable[[Point, Trace | None], dict[str, Any]]
+
+
+@dataclass(slots=True)
+class SweepRun:
+    table: pd.DataFrame
+    planned: int
+    skipped: int
+    ran: int
+    failed: int
+
+
+def run_sweep(points: list[Point], out: Path, *, backend: str = "local", jobs: int = 1,
+              address: str | None = None, max_retries: int = 3, retry_failed: bool = False,
+              progress: ProgressFn | None = None, ray_fn: PointFn = run_point) -> SweepRun:
+    """Run the points not yet recorded under ``out``; return the compacted table.
+
+    ``ray_fn`` replaces the Ray task body (tests use it to kill a worker on purpose).
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend {backend!r}: expected local or ray")
+    store = SweepStore(out)
+    done = store.done()
+    todo = [p for p in points if p.key not in done or (retry_failed and done[p.key] != "ok")]
+    skipped = len(points) - len(todo)
+    if backend == "ray":
+        traces = {p.trace_hash: p.trace_path for p in todo}
+        rows = completed(ray_fn, todo, {h: load_trace(path) for h, path in traces.items()},
+                         key=attrgetter("trace_hash"), backend="ray", workers=jobs, address=address,
+                         max_retries=max_retries, lost=failed_row)
+    else:
+        rows = completed(run_point, todo, backend="local", workers=jobs, max_retries=max_retries,
+                         start="spawn", lost=failed_row)
+    ran = failed = 0
+    if progress:
+        progress(0, len(todo), 0)
+    for _, row in rows:
+        store.append(row)
+        ran += 1
+        failed += row["status"] != "ok"
+        if progress:
+            progress(ran, len(todo), failed)
+    table = store.compact([p.key for p in points])
+    return SweepRun(table, len(points), skipped, ran, failed)

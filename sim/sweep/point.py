@@ -1,0 +1,30 @@
+"""A sweep point and its identity.
+
+A point's key hashes its full resolved config (every SimConfig field, not only the swept ones)
+plus the trace's content hash (:func:`workloads.schema.content_hash`), so the same simulation
+gets the same key whatever grid it came from, and an edited trace gets new keys. Resume
+(``store.py``) is nothing more than "skip keys already recorded".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One simulation to run: the resolved config, the trace, and the swept keys' values."""
+
+    key: str
+    config: dict[str, Any]
+    trace_path: str
+    trace_hash: str
+    columns: dict[str, Any] = field(default_factory=dict)
+
+
+def point_key(config: dict[str, Any], trace_hash: str) -> str:
+    blob = json.dumps(config, sort_keys=True, default=str) + "|" + trace_hash
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,24 @@
+"""One row of ``sweep.parquet``: the point's identity and swept values, then its metrics.
+
+A row is flat (no nested dicts) so the table goes straight into pandas and the plots:
+the summary's nested sections become prefixed columns (``ttft_p99_s``, ``mem_free``, ...;
+:meth:`sim.summary.Summary.flat`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.sweep.point import Point
+
+#: Columns that depend on wall-clock time (excluded when comparing backends).
+TIMING_COLUMNS = ("wall_s", "simulate_s")
+
+
+def row_head(p: Point) -> dict[str, Any]:
+    return {"key": p.key, **p.columns, "model": p.config["model"], "gpu": p.config["gpu"],
+            "trace_hash": p.trace_hash}
+
+
+def failed_row(p: Point, error: str) -> dict[str, Any]:
+    return {**row_head(p), "status": "failed", "error": error, "wall_s": 0.0}

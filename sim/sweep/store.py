@@ -1,0 +1,83 @@
+"""Crash-safe, resumable storage of sweep rows::
+
+    DIR/parts/<key>.parquet    one file per finished point, written to a temp name, then renamed
+    DIR/sweep.parquet          compaction of parts (atomic replace), then the parts are deleted
+
+A hard kill can leave parts next to a sweep.parquet that already holds them; compaction
+de-duplicates on ``key``, so rows are never lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.config import SimConfig
+
+
+class SweepStore:
+    """``DIR/parts/<key>.parquet`` per finished point, compacted into ``DIR/sweep.parquet``."""
+
+    def __init__(self, out: Path) -> None:
+        self.out, self.parts = out, out / "parts"
+        self.parts.mkdir(parents=True, exist_ok=True)
+        self.file = out / "sweep.parquet"
+
+    def done(self) -> dict[str, str]:
+        """key -> status of every recorded point (compacted or still a part)."""
+        got: dict[str, str] = {}
+        if self.file.exists():
+            df = pd.read_parquet(self.file, columns=["key", "status"])
+            got.update(zip(df["key"], df["status"], strict=True))
+        for f in self.parts.glob("*.parquet"):
+            got[f.stem] = pd.read_parquet(f, columns=["status"])["status"].iloc[0]
+        return got
+
+    def append(self, row: dict[str, Any]) -> None:
+        tmp = self.parts / f".{row['key']}.{os.getpid()}.tmp"
+        pd.DataFrame([row]).to_parquet(tmp, index=False)
+        os.replace(tmp, self.parts / f"{row['key']}.parquet")
+
+    def compact(self, order: list[str] | None = None) -> pd.DataFrame:
+        """Merge parts into sweep.parquet (latest row per key wins); return the table."""
+        frames, parts = [], sorted(self.parts.glob("*.parquet"))
+        if self.file.exists():
+            frames.append(pd.read_parquet(self.file))
+        frames += [pd.read_parquet(f) for f in parts]
+        frames = [f for f in frames if len(f)]
+        if not frames:
+            return pd.DataFrame()
+        df = pd.concat(frames, ignore_index=True).drop_duplicates("key", keep="last")
+        if order:
+            rank = {k: i for i, k in enumerate(order)}
+            df = df.assign(_o=df["key"].map(rank).fillna(len(rank))).sort_values("_o", kind="stable")
+            df = df.drop(columns="_o")
+        df = _typed_columns(df.reset_index(drop=True))
+        tmp = self.out / f".sweep.{os.getpid()}.tmp"
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, self.file)
+        for f in parts:
+            f.unlink(missing_ok=True)
+        return df
+
+
+_DTYPES = {int: "Int64", int | None: "Int64", float: "float64", float | None: "float64",
+           bool: "boolean", bool | None: "boolean"}
+
+
+def _typed_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Option columns typed by their SimConfig field, whatever the order parts were merged in.
+
+    A collapsed cell is None; a one-row part holding it has a null-typed column, so without
+    this the merged dtype would depend on which part came first.
+    """
+    for c in df.columns:
+        f = SimConfig.model_fields.get(c)
+        dtype = _DTYPES.get(f.annotation) if f is not None else None  # type: ignore[arg-type]
+        if dtype is not None:
+            col = df[c].astype(object).where(df[c].notna(), None)
+            df[c] = pd.array(col.tolist(), dtype=dtype)
+    return df
