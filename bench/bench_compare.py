@@ -52,7 +52,7 @@ def _shared() -> Path:
 # would import sim from this tree, which must not be needed to run the comparison.
 DEFAULT_TRACE = _shared() / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 CONFIG = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
-              block_size=16, max_model_len=4096)
+              block_size=16, max_model_len=4096, cost_model="roofline")
 QUICK_REQUESTS = 3000
 MARK = "BENCH_COMPARE_RESULT "
 

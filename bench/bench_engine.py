@@ -29,7 +29,7 @@ def _shared() -> Path:
 VIDUR_ANCHOR_S = 23.0
 DEFAULT_TRACE = _shared() / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 CONFIG = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
-              block_size=16, max_model_len=4096)
+              block_size=16, max_model_len=4096, cost_model="roofline")
 
 
 def run(trace, exact: bool) -> dict[str, float]:

@@ -26,6 +26,7 @@ same order, so ``--exact-steps`` gives identical output (tested).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from sim.cost import StepBatch
 from sim.kv.paged import PagedAllocator
@@ -34,6 +35,7 @@ from sim.request import Request
 from sim.sched.plan import StepPlan
 from sim.step import StepKernel
 
+new_batch = partial(tuple.__new__, StepBatch)  # StepBatch from a tuple in field order (hot path)
 Pull = Callable[[float], None]          # take in the arrivals due at a time
 NextArrival = Callable[[], float]       # a router's next possible submission
 
@@ -72,6 +74,9 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
     B = kv.block_size
     page = k.page_size
     append_block = kv.append_block if isinstance(kv, PagedAllocator) else None
+    # a paged pool's counters read directly (== kv.num_free_blocks / kv.shared_excess, no call)
+    pool = kv.pool if isinstance(kv, PagedAllocator) else None
+    fq = pool.free_queue if pool is not None else None
     register = kv.register_decoded_blocks if isinstance(kv, PagedAllocator) and kv.enable_caching else None
     buckets: list[list[Request]] = [[] for _ in range(B)]
     c0_sum = 0
@@ -90,7 +95,7 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
     while decoders:
         s1 = s + 1
         bucket = buckets[s1 % B] if paged else []
-        if len(bucket) > kv.num_free_blocks or decoders > max_batched:
+        if len(bucket) > (fq.size if fq is not None else kv.num_free_blocks) or decoders > max_batched:
             break  # this step could preempt, or not every decoder fits the budget: go exact
         if next_arrival is not None and t >= next_arrival():
             break  # a router may submit before this step starts: let SimPy run it first
@@ -100,22 +105,27 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
             append_block(bucket)  # type: ignore[misc]
             pages += len(bucket)
         if register is not None:
-            register(buckets[(s1 + 1) % B], s1)
+            filling = buckets[(s1 + 1) % B]
+            if filling:
+                register(filling, s1)
         plan = None
-        if sched.num_waiting and len(running) < max_seqs:
+        nw = sched.num_waiting
+        if nw and len(running) < max_seqs:
             plan = StepPlan()
             sched.admit(plan, max_batched - decoders, t, k.step)
-            if not plan.scheduled:
+            if plan.scheduled:
+                nw = sched.num_waiting
+            else:
                 plan = None
         ctx = c0_sum + decoders * s1
         if plan is None:
-            batch = StepBatch(0, 0, 0.0, 0, decoders, ctx, pages, page, 0, 0, bb)
+            batch = new_batch((0, 0, 0.0, 0, decoders, ctx, pages, page, 0, 0, bb))
         else:
             a = k.batch(plan)
-            batch = StepBatch(a.prefill_tokens, a.num_prefill_seqs, a.prefill_attn_pairs,
-                              a.prefill_context_tokens, decoders + a.num_decode_seqs,
-                              ctx + a.decode_context_tokens, pages + a.pages_touched,
-                              page, 0, 0, bb)
+            batch = new_batch((a.prefill_tokens, a.num_prefill_seqs, a.prefill_attn_pairs,
+                               a.prefill_context_tokens, decoders + a.num_decode_seqs,
+                               ctx + a.decode_context_tokens, pages + a.pages_touched,
+                               page, 0, 0, bb))
         dt = step_cost(batch)
         end = t + dt
         # ---- outcome ----
@@ -163,9 +173,10 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
                 r.num_tokens += s1
             k.finish(done, end)
         tok, res, internal, ext, free = breakdown(running, c0_sum + decoders * s)
-        log_row(record((k.step, t, dt, len(running), sched.num_waiting, batch.prefill_tokens,
-                        batch.num_decode_seqs, 0, kv.num_free_blocks, tok, res, internal, ext,
-                        free, kv.shared_excess, 0, 0)))
+        log_row(record((k.step, t, dt, len(running), nw, batch.prefill_tokens,
+                        batch.num_decode_seqs, 0, fq.size if fq is not None else kv.num_free_blocks,
+                        tok, res, internal, ext, free,
+                        pool.shared_excess if pool is not None else kv.shared_excess, 0, 0)))
         t = end
         k.busy_s += dt
         k.step += 1

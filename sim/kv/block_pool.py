@@ -112,8 +112,7 @@ class BlockPool:
 
     def num_free_among(self, blocks: Sequence[int]) -> int:
         """How many of ``blocks`` sit in the free queue (ref count 0)."""
-        ref = self.ref
-        return sum(1 for b in blocks if ref[b] == 0)
+        return list(map(self.ref.__getitem__, blocks)).count(0)
 
     def release(self, table: list[int]) -> None:
         """Drop one reference on each block of a table (tail first; see the module docstring)."""

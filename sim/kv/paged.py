@@ -20,7 +20,7 @@ from functools import partial
 from sim.kv.base import MemoryBreakdown, cdiv
 from sim.kv.block_pool import BlockPool
 from sim.kv.block_table import BlockTable
-from sim.kv.hashing import UNIQUE_BASE, BlockHasher, shared_prefix_blocks, unique_key
+from sim.kv.hashing import UNIQUE_BASE, BlockHasher, shared_prefix_blocks
 from sim.request import Request
 
 _breakdown = partial(tuple.__new__, MemoryBreakdown)  # MemoryBreakdown from a tuple, fast
@@ -56,6 +56,7 @@ class PagedAllocator:
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.exact_fill = exact_fill  # shared blocks may be partial (fork mode): see breakdown
+        self._null_slots = (num_blocks - self.usable_blocks) * block_size
 
     # ---- capacity -----------------------------------------------------------------------------
     @property
@@ -143,7 +144,7 @@ class PagedAllocator:
         pool = self.pool
         blocks, bh, cache = table.blocks, pool.block_hash, pool.cache
         shared_upto = shared_prefix_blocks(req, self.block_size)
-        unique0 = unique_key(req.uid, 0)  # unique_key(uid, j) == unique0 - j
+        unique0 = -(req.uid * UNIQUE_BASE + 1)  # unique_key(uid, j) == unique0 - j
         for j in range(j0, full):
             b = blocks[j]
             if bh[b] is None:  # == pool.cache_block(b, key), inlined (prompt registration)
@@ -158,7 +159,7 @@ class PagedAllocator:
         t = req.kv
         held = (0 if t is None else len(t.blocks)) + len(hits)
         hit_free = self.pool.num_free_among(hits) if hits else 0
-        return max(cdiv(num_tokens, self.block_size) - held, 0) + hit_free
+        return max(-(-num_tokens // self.block_size) - held, 0) + hit_free  # cdiv, inlined
 
     def can_allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
                      *, reserve: int = 0) -> int:
@@ -170,7 +171,7 @@ class PagedAllocator:
         t = req.kv
         held = (0 if t is None else len(t.blocks)) + nhit
         slots = req.num_computed_tokens + nhit * self.block_size + num_new_tokens
-        need = max(cdiv(slots, self.block_size) - held, 0)
+        need = max(-(-slots // self.block_size) - held, 0)  # cdiv, inlined
         hit_free = self.pool.num_free_among(hits) if nhit else 0
         if need + hit_free + reserve > self.pool.free_queue.size:
             return -1
@@ -221,11 +222,11 @@ class PagedAllocator:
         if self.exact_fill:
             return self._exact_breakdown(live)
         B = self.block_size
-        free = self.pool.free_queue.size
+        pool = self.pool
+        free = pool.free_queue.size
         used = self.usable_blocks - free
-        internal = (used + self.pool.shared_excess) * B - computed_tokens
-        null = (self.num_blocks - self.usable_blocks) * B
-        return _breakdown((used * B - internal, 0, internal, null, free * B))
+        internal = (used + pool.shared_excess) * B - computed_tokens
+        return _breakdown((used * B - internal, 0, internal, self._null_slots, free * B))
 
     def _exact_breakdown(self, live: Iterable[Request]) -> MemoryBreakdown:
         B = self.block_size

@@ -212,9 +212,9 @@ class Scheduler:
         """Take finished requests out of ``running`` (order kept) and free them, in ``done`` order."""
         if not done:
             return
-        ids = set(map(id, done))
-        self.running[:] = [r for r in self.running if id(r) not in ids]  # in place: callers hold it
         for r in done:
             self.kv.free(r)
             r.status = Status.FINISHED
             r.finish_s, r.finish_step = end, step
+        finished = Status.FINISHED
+        self.running[:] = [r for r in self.running if r.status is not finished]  # in place: callers hold it
