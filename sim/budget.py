@@ -5,19 +5,34 @@
     requested    = ceil(gpu_memory x gpu_memory_utilization)            per GPU
     non_kv       = weights/TP + peak activation + non-torch (incl. CUDA graphs)
     available_kv = requested - non_kv                (or --kv-memory, bypassing profiling)
-    block_bytes  = layers x 2 x block_size x kv_heads/TP x head_dim x dtype_bytes
+    page         = block_size x one layer's KV per token (2 x kv_heads/TP x head_dim x kv dtype;
+                   MLA: (kv_lora_rank + qk_rope_head_dim) x kv dtype on every TP rank)
+    block_bytes  = layers_per_block x page           (all layers for a uniform model)
     num_blocks   = available_kv // block_bytes       (or --num-gpu-blocks); block 0 is the null block
+
+A hybrid model (sliding-window or chunked-local layers next to full ones) has several KV-cache
+groups sharing the pool (``sim.attention.kv_cache_groups``): a block holds one page for each of
+``layers_per_block`` layers, and one request takes blocks in every group. The capacity log line
+divides by the blocks one ``max_model_len`` request holds, summed over the groups
+(``vllm/v1/core/kv_cache_utils.py:get_max_concurrency_for_kv_cache_config``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from sim.attention import KvCacheGroup, blocks_per_request, kv_cache_groups
 from sim.config import SimConfig, parse_bytes
 from sim.errors import ConfigError
 from sim.specs import GpuSpec, ModelSpec, resolve_gpu, resolve_model
+
+#: ``--kv-cache-dtype`` -> bytes per element (``auto`` keeps the model's dtype).
+KV_CACHE_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+# vllm/config/cache.py CacheConfig._verify_cache_dtype logs this for every fp8 variant
+FP8_LOG_LINE = ("Using fp8 data type to store kv cache. It reduces the GPU memory footprint and boosts "
+                "the performance. Meanwhile, it may cause accuracy drop without a proper scaling factor")
 
 
 # vLLM EngineArgs.get_batch_defaults (offline LLM entry point), vllm-v1-semantics.md s5.1
@@ -40,8 +55,12 @@ class KvBudget:
     max_model_len: int
     max_num_seqs: int
     max_num_batched_tokens: int
-    bytes_per_token: int          # per GPU (KV heads divided by TP)
-    bytes_per_block: int
+    kv_cache_dtype: str           # --kv-cache-dtype as given ("auto" = the model's dtype)
+    bytes_per_token: int          # per GPU, every layer as if full (KV heads divided by TP; MLA not)
+    bytes_per_block: int          # one pool block: layers_per_block pages
+    layers_per_block: int         # all layers for a uniform model; the group size for a hybrid one
+    num_kv_cache_groups: int      # vLLM KV-cache groups sharing the pool (1 unless hybrid)
+    blocks_per_request: int       # blocks one max_model_len request holds, summed over the groups
     requested_bytes: int
     weight_bytes: int
     activation_bytes: int
@@ -58,18 +77,18 @@ class KvBudget:
 
     @property
     def max_concurrency(self) -> float:
-        # vLLM 0.33: num_blocks INCLUDES the null block; blocks per request = cdiv(max_model_len, B)
-        return self.num_gpu_blocks / math.ceil(self.max_model_len / self.block_size)
+        # vLLM 0.33: num_blocks INCLUDES the null block; blocks per request summed over groups
+        return self.num_gpu_blocks / self.blocks_per_request
 
     @property
     def pool_slots(self) -> int:
         return self.usable_blocks * self.block_size
 
     def log_lines(self) -> list[str]:
-        return [
-            f"GPU KV cache size: {self.kv_cache_tokens:,} tokens",
-            f"Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x",
-        ]
+        fp8 = [FP8_LOG_LINE] if self.kv_cache_dtype in KV_CACHE_DTYPE_BYTES else []
+        return [*fp8,
+                f"GPU KV cache size: {self.kv_cache_tokens:,} tokens",
+                f"Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x"]
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -88,28 +107,55 @@ def activation_estimate(model: ModelSpec, tp: int, max_batched: int, max_seqs: i
     return max_batched * per_tok + max_seqs * model.vocab * 4
 
 
+def model_for(cfg: SimConfig, model: ModelSpec) -> ModelSpec:
+    """``model`` as the engine stores its KV: ``--kv-cache-dtype`` applied (``auto``: model dtype)."""
+    nbytes = KV_CACHE_DTYPE_BYTES.get(cfg.kv_cache_dtype)
+    return model if nbytes is None else replace(model, kv_cache_dtype_bytes=nbytes)
+
+
 def budget_for(cfg: SimConfig) -> KvBudget:
     """:func:`compute_budget` with the config's model and GPU looked up in the catalog."""
     return compute_budget(cfg, resolve_model(cfg.model), resolve_gpu(cfg.gpu))
 
 
-def compute_budget(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> KvBudget:
+def request_blocks(groups: tuple[KvCacheGroup, ...], max_len: int, bs: int, max_batched: int) -> int:
+    return sum(blocks_per_request(g, max_len, bs, max_batched) for g in groups)
+
+
+def largest_fitting_len(groups: tuple[KvCacheGroup, ...], usable: int, bs: int, max_batched: int,
+                        max_len: int) -> int:
+    """The largest max_model_len whose request fits ``usable`` blocks (vLLM's estimate_max_model_len)."""
+    lo, hi = 0, max_len
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if request_blocks(groups, mid, bs, max_batched) <= usable:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def compute_budget(cfg: SimConfig, spec: ModelSpec, gpu: GpuSpec) -> KvBudget:
     """vLLM 0.33's KV budget for ``cfg`` on resolved specs (the catalog lookup is the caller's)."""
+    model = model_for(cfg, spec)
     tp = cfg.tensor_parallel_size
-    if model.kv_heads % tp and tp % model.kv_heads:
+    if not model.is_mla and model.kv_heads % tp and tp % model.kv_heads:
         raise ConfigError(f"--tensor-parallel-size {tp}: must divide or be a multiple of the model's {model.kv_heads} KV heads")
     bs = cfg.block_size
     mbt_default, seqs_default = batch_defaults(gpu)
     max_seqs = cfg.max_num_seqs or seqs_default
     max_len = cfg.max_model_len or model.max_model_len
+    if max_len > model.max_model_len:  # vLLM refuses too (unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)
+        raise ConfigError(f"--max-model-len {max_len}: greater than {model.name}'s context length "
+                          f"{model.max_model_len:,} (max_position_embeddings); vLLM refuses this too")
     max_batched = cfg.max_num_batched_tokens or mbt_default
     if not cfg.resolved("chunked_prefill"):
         max_batched = max(max_batched, max_len)  # vLLM: without chunking a whole prompt must fit
     if max_batched < max_seqs:
         raise ConfigError(f"--max-num-batched-tokens {max_batched} must be >= --max-num-seqs {max_seqs}")
     util = cfg.resolved("gpu_memory_utilization")
-    bpt = model.kv_bytes_per_token(tp)
-    bpb = bpt * bs
+    groups, per_block = kv_cache_groups(model.attention_groups(tp), hybrid=not cfg.disable_hybrid_kv_cache_manager)
+    bpb = per_block * model.layer_bytes_per_token(tp) * bs
     requested = math.ceil(gpu.memory_bytes * util)
     weights = model.weight_bytes // tp
     act = parse_bytes(cfg.activation_memory, "--activation-memory") if cfg.activation_memory else \
@@ -133,15 +179,17 @@ def compute_budget(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> KvBudget:
     usable = blocks - 1 if null else blocks
     if usable < 1:
         raise ConfigError(f"KV pool has {blocks} blocks of {bpb:,} B: not enough for a single block")
-    need = math.ceil(max_len / bs)
+    need = request_blocks(groups, max_len, bs, max_batched)
     if need > usable:
-        fits = usable * bs
+        fits = largest_fitting_len(groups, usable, bs, max_batched, max_len)
         raise ConfigError(
             f"--max-model-len {max_len}: one request of that length needs {need} blocks but the KV pool "
             f"has {usable}; the largest max_model_len that fits is {fits} (lower --max-model-len or add memory)")
     return KvBudget(
         model=model.key, gpu=gpu.key, tensor_parallel_size=tp, block_size=bs, max_model_len=max_len,
-        max_num_seqs=max_seqs, max_num_batched_tokens=max_batched, bytes_per_token=bpt,
-        bytes_per_block=bpb, requested_bytes=requested, weight_bytes=weights, activation_bytes=act,
-        non_torch_bytes=non_torch, available_kv_bytes=int(available), num_gpu_blocks=int(blocks),
-        usable_blocks=int(usable), null_block=null, source=source)
+        max_num_seqs=max_seqs, max_num_batched_tokens=max_batched, kv_cache_dtype=cfg.kv_cache_dtype,
+        bytes_per_token=model.kv_bytes_per_token(tp), bytes_per_block=bpb, layers_per_block=per_block,
+        num_kv_cache_groups=len(groups), blocks_per_request=need, requested_bytes=requested,
+        weight_bytes=weights, activation_bytes=act, non_torch_bytes=non_torch,
+        available_kv_bytes=int(available), num_gpu_blocks=int(blocks), usable_blocks=int(usable),
+        null_block=null, source=source)

@@ -15,22 +15,29 @@ from typing import NamedTuple
 import numpy as np
 import simpy
 
-from sim.budget import KvBudget, compute_budget
+from sim.budget import KvBudget, compute_budget, model_for
 from sim.config import SimConfig
 from sim.cost import StepCostModel, build_cost_model
+from sim.cost.scaled import ScaledCost
+from sim.draft_kv import with_draft_kv
 from sim.engine import Replica
 from sim.errors import ConfigError
 from sim.kv.base import KvAllocator
+from sim.kv.coordinator import HybridAllocator
 from sim.kv.paged import PagedAllocator
 from sim.kv.slab import SlabAllocator
+from sim.kv_layout import paged_variant
+from sim.rejects import BATCH_TOKENS, KV_POOL, MAX_MODEL_LEN, Rejection
 from sim.request import Request
 from sim.sched.admission import Admission
+from sim.sched.async_scheduler import AsyncScheduler
 from sim.sched.paper_v0 import PaperV0Scheduler
 from sim.sched.policies import VICTIMS
 from sim.sched.preemption import Recompute, Swap
 from sim.sched.queues import QUEUES
 from sim.sched.scheduler import Scheduler
-from sim.specs import resolve_gpu, resolve_model
+from sim.sched.spec_decode import SpecDecode
+from sim.specs import ModelSpec, resolve_gpu, resolve_model
 from sim.step import StepKernel
 
 
@@ -41,7 +48,10 @@ class Components(NamedTuple):
     cost: StepCostModel
 
 
-def make_allocator(cfg: SimConfig, budget: KvBudget, fork: bool) -> KvAllocator:
+def make_allocator(cfg: SimConfig, budget: KvBudget, fork: bool, model: ModelSpec | None = None) -> KvAllocator:
+    variant = paged_variant(cfg, budget, model, fork) if model is not None else None  # hybrid groups, CPU tier
+    if variant is not None:
+        return variant
     if cfg.allocator == "paged":
         return PagedAllocator(
             budget.num_gpu_blocks, cfg.block_size, null_block=budget.null_block,
@@ -49,6 +59,11 @@ def make_allocator(cfg: SimConfig, budget: KvBudget, fork: bool) -> KvAllocator:
             enable_caching=bool(cfg.resolved("enable_prefix_caching")), exact_fill=fork)
     slots = budget.available_kv_bytes // budget.bytes_per_token
     return SlabAllocator(int(slots), budget.max_model_len, cfg.reservation, cfg.slab_placement)
+
+
+def victim_name(cfg: SimConfig) -> str:
+    """The preemption victim policy: ``--victim``, else the one ``--policy`` implies."""
+    return cfg.victim or ("priority" if cfg.policy == "priority" else "last")
 
 
 def make_scheduler(cfg: SimConfig, budget: KvBudget, kv: KvAllocator, fork: bool) -> Scheduler:
@@ -61,37 +76,59 @@ def make_scheduler(cfg: SimConfig, budget: KvBudget, kv: KvAllocator, fork: bool
         queue=QUEUES[cfg.policy](),
         admission=Admission(bool(cfg.resolved("reserve_full_isl")), watermark),
         preemption=Swap(cpu_blocks) if swap else Recompute(),
-        choose_victim=VICTIMS[cfg.victim or ("priority" if cfg.policy == "priority" else "last")],
+        choose_victim=VICTIMS[victim_name(cfg)],
         long_prefill_token_threshold=cfg.long_prefill_token_threshold)
-    if cfg.resolved("chunked_prefill"):
-        return Scheduler(kv, **common)  # type: ignore[arg-type]
-    return PaperV0Scheduler(kv, fork_cow=fork, rng=np.random.default_rng(cfg.seed), **common)
+    rng = np.random.default_rng(cfg.seed)  # the run's one Generator (beam re-forks, draft acceptance)
+    chunked, lag, k = bool(cfg.resolved("chunked_prefill")), bool(cfg.resolved("async_scheduling")), \
+        cfg.num_speculative_tokens
+    if not chunked and (fork or cfg.preset == "paper-v0"):  # the paper's prefill-only steps
+        if lag or k:
+            raise ConfigError("--async-scheduling and --num-speculative-tokens need V1 steps, not the "
+                              "paper-v0 preset's prefill-only ones")
+        return PaperV0Scheduler(kv, fork_cow=fork, rng=rng, **common)  # type: ignore[arg-type]
+    if k and (lag or not kv.paged):
+        raise ConfigError("--num-speculative-tokens is modelled with the paged allocator and sync scheduling: "
+                          "add --no-async-scheduling" + ("" if kv.paged else " and --allocator paged"))
+    spec = SpecDecode(k, cfg.speculative_method, cfg.spec_acceptance_rate, rng) if k else None
+    return (AsyncScheduler if lag else Scheduler)(  # V1 steps, with or without chunked prefill
+        kv, chunked_prefill=chunked, spec=spec, max_model_len=budget.max_model_len, **common)  # type: ignore[arg-type]
 
 
 def build(cfg: SimConfig) -> Components:
-    model, gpu = resolve_model(cfg.model), resolve_gpu(cfg.gpu)
+    model, gpu = model_for(cfg, resolve_model(cfg.model)), resolve_gpu(cfg.gpu)  # KV dtype applied
     budget = compute_budget(cfg, model, gpu)
+    if cfg.num_speculative_tokens:
+        budget = with_draft_kv(budget, cfg.speculative_method)  # the drafter's KV layer (sim/draft_kv.py)
     fork = cfg.resolved("sharing") == "fork-cow" and cfg.allocator == "paged"  # slabs never share
     if fork and (cfg.resolved("chunked_prefill") or cfg.resolved("enable_prefix_caching")):
         raise ConfigError("--sharing fork-cow (paper-v0) needs the paged allocator, no chunked prefill and "
                           "no prefix caching: use --preset paper-v0")
-    kv = make_allocator(cfg, budget, fork)
+    kv = make_allocator(cfg, budget, fork, model)
     sched = make_scheduler(cfg, budget, kv, fork)
     cost = build_cost_model(cfg.cost_model, model, gpu, cfg.tensor_parallel_size,
-                            Path(cfg.calibration) if cfg.calibration else None)
+                            Path(cfg.calibration) if cfg.calibration else None, cfg.serving_stack)
+    if cfg.step_time_scale != 1.0:
+        cost = ScaledCost(cost, cfg.step_time_scale)
     return Components(budget, kv, sched, cost)
 
 
-def rejecter(budget: KvBudget, kv: KvAllocator, sched: Scheduler) -> Callable[[Request], str]:
-    """Reasons a request can never run, checked when it arrives (vLLM's API server rejects)."""
+def rejecter(budget: KvBudget, kv: KvAllocator, sched: Scheduler) -> Callable[[Request], Rejection | None]:
+    """Why a request can never run (sim/rejects.py), checked when it arrives; a request that would
+    pass ``max_model_len`` is cut there instead (``Request.cap_output``, finish reason "length")."""
     max_len = budget.max_model_len
 
-    def reject(r: Request) -> str:
-        if r.prompt_tokens + r.output_tokens > max_len:
-            return f"prompt+output {r.prompt_tokens + r.output_tokens} > max_model_len {max_len}"
+    def reject(r: Request) -> Rejection | None:
+        # vLLM (v1/engine/input_processor.py:_validate_prompt_len) refuses a prompt that leaves no
+        # room for one output token; any other request runs and stops at max_model_len (check_stop)
+        if r.prompt_tokens >= max_len:
+            return Rejection(MAX_MODEL_LEN, f"prompt {r.prompt_tokens} >= max_model_len {max_len} "
+                                            "(no room for an output token)")
+        r.cap_output(max_len)
         if not sched.chunked_prefill and r.prompt_tokens > sched.max_num_batched_tokens:
-            return f"prompt {r.prompt_tokens} > max_num_batched_tokens {sched.max_num_batched_tokens} (no chunked prefill)"
-        return kv.never_fits(r)
+            return Rejection(BATCH_TOKENS, f"prompt {r.prompt_tokens} > max_num_batched_tokens "
+                                           f"{sched.max_num_batched_tokens} (no chunked prefill)")
+        why = kv.never_fits(r)
+        return Rejection(KV_POOL, why) if why else None
 
     return reject
 
@@ -103,6 +140,8 @@ def new_replica(env: simpy.Environment, cfg: SimConfig, *, parts: Components | N
     """A replica for ``cfg`` on ``env`` (``parts`` reuses components already built)."""
     budget, kv, sched, cost = parts if parts is not None else build(cfg)
     kernel = StepKernel(sched, kv, cost, block_bytes=budget.bytes_per_block)
-    return Replica(env, kernel, exact_steps=cfg.exact_steps if exact_steps is None else exact_steps,
+    exact = cfg.exact_steps if exact_steps is None else exact_steps
+    exact = exact or isinstance(kv, HybridAllocator)  # windows free blocks mid-decode: no fast-forward
+    return Replica(env, kernel, exact_steps=exact,
                    check=check, reject=rejecter(budget, kv, sched), on_step=on_step,
                    on_progress=on_progress)

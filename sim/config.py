@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sim.config_aliases import VLLM_ALIASES, vllm_aliases
 from sim.errors import ConfigError
 
 Preset = Literal["vllm-0.33", "vllm-v1-legacy", "paper-v0"]
@@ -21,22 +22,35 @@ Preset = Literal["vllm-0.33", "vllm-v1-legacy", "paper-v0"]
 PRESETS: dict[str, dict[str, Any]] = {
     "vllm-0.33": dict(null_block=True, free_order="front-tail", enable_prefix_caching=True,
                       reserve_full_isl=True, watermark=0.0, chunked_prefill=True,
-                      sharing="prefix-cache", gpu_memory_utilization=0.92),
+                      sharing="prefix-cache", gpu_memory_utilization=0.92, async_scheduling=True),
     "vllm-v1-legacy": dict(null_block=True, free_order="tail", enable_prefix_caching=True,
                            reserve_full_isl=False, watermark=0.0, chunked_prefill=True,
-                           sharing="prefix-cache", gpu_memory_utilization=0.90),
+                           sharing="prefix-cache", gpu_memory_utilization=0.90, async_scheduling=False),
     "paper-v0": dict(null_block=False, free_order="stack", enable_prefix_caching=False,
                      reserve_full_isl=False, watermark=0.01, chunked_prefill=False,
-                     sharing="fork-cow", gpu_memory_utilization=0.90),
+                     sharing="fork-cow", gpu_memory_utilization=0.90, async_scheduling=False),
 }
+
+#: ``--block-size`` values vLLM 0.33 accepts (``BlockSize`` in vllm/config/cache.py; its CLI
+#: refuses others). kvsim simulates any size (the paper's sweeps use 2 and 4) but warns.
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+
+
+def block_size_warning(block_size: int) -> str | None:
+    """One line for the user when vLLM would refuse ``block_size``; None when it accepts it."""
+    if block_size in VLLM_BLOCK_SIZES:
+        return None
+    return (f"--block-size {block_size} is not accepted by vLLM 0.33 (valid: "
+            f"{', '.join(map(str, VLLM_BLOCK_SIZES))}); simulating it anyway")
+
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 def parse_bytes(text: str, flag: str = "--kv-memory") -> int:
-    """``50GB`` -> 50e9, ``12GiB`` -> 12 x 2^30. Units are required (GB vs GiB matters)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?b)\s*", text.lower())
+    """``50GB`` -> 50e9, ``12GiB`` -> 12 x 2^30, ``4096B``. Units are required (GB vs GiB matters)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*((?:[kmgt]i?)?b)\s*", text.lower())
     if not m:
         raise ConfigError(f"{flag} {text!r}: expected a size with units, e.g. 50GB or 12GiB")
     return int(float(m.group(1)) * _UNITS[m.group(2)])
@@ -54,6 +68,8 @@ class SimConfig(BaseModel):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     num_gpu_blocks: int | None = Field(None, ge=2)  # vLLM num_gpu_blocks_override (incl. null block)
     kv_memory: str | None = None                    # e.g. "50GB", "12GiB": bypasses profiling
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"  # auto = model dtype
+    disable_hybrid_kv_cache_manager: bool = False   # vLLM: treat sliding/chunked layers as full
     activation_memory: str | None = None            # override the peak-activation estimate
     non_torch_memory: str = "0.5GiB"                # NCCL/cuBLAS/CUDA-graph overhead
     # engine knobs (vLLM names)
@@ -73,6 +89,11 @@ class SimConfig(BaseModel):
     watermark: float | None = Field(None, ge=0, lt=1)
     chunked_prefill: bool | None = None
     sharing: Literal["prefix-cache", "fork-cow"] | None = None
+    async_scheduling: bool | None = None            # vLLM 0.33 on GPU: on (step k+1 planned while k runs)
+    # speculative decoding (vLLM speculative_config: num_speculative_tokens, method)
+    num_speculative_tokens: int = Field(0, ge=0, le=64)
+    speculative_method: Literal["ngram", "eagle", "eagle3", "mtp"] = "eagle"
+    spec_acceptance_rate: float = Field(0.7, ge=0, le=1)  # kvsim's: P(a draft token is accepted)
     # allocator
     allocator: Literal["paged", "slab"] = "paged"
     reservation: Literal["max", "pow2", "oracle"] = "max"
@@ -80,11 +101,19 @@ class SimConfig(BaseModel):
     # preemption
     preemption: Literal["recompute", "swap"] = "recompute"
     swap_space: float = Field(4.0, ge=0)            # GiB of CPU swap per GPU
+    kv_offloading_size: float | None = Field(None, gt=0)  # GiB of CPU KV offload tier (vLLM native), per replica
     # cost and run
-    cost_model: str = "roofline"
+    cost_model: str = "calibrated"                  # roofline | constant:SECONDS | calibrated
     calibration: str | None = None
-    seed: int = 0
+    serving_stack: str = "vllm"                     # calibrated only: vllm | lean | splitwise (sim/cost/stack.py)
+    step_time_scale: float = Field(1.0, gt=0)       # multiply every step time (kvsim plan's band edge; what-ifs)
+    seed: int = Field(0, ge=0)
     exact_steps: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vllm_aliases(cls, data: Any) -> Any:
+        return vllm_aliases(data) if isinstance(data, dict) else data
 
     @field_validator("kv_memory", "activation_memory", "non_torch_memory")
     @classmethod
@@ -118,7 +147,7 @@ def read_yaml(path: Path) -> Any:
     """``yaml.safe_load`` of a user's file; unreadable or malformed YAML is a one-line ConfigError."""
     try:
         return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read YAML ({str(e).splitlines()[0]})") from None
 
 
@@ -130,7 +159,7 @@ def load_config_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of simulate options")
     out = {str(k).replace("-", "_"): v for k, v in data.items()}
-    unknown = set(out) - set(SimConfig.model_fields)
+    unknown = set(out) - set(SimConfig.model_fields) - set(VLLM_ALIASES)
     if unknown:
         raise ConfigError(f"{path}: unknown key '{sorted(unknown)[0]}' (valid: {', '.join(SimConfig.model_fields)})")
     return out

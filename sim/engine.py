@@ -9,6 +9,11 @@ arrival OR a wake event that ``submit`` triggers; it never polls.
 
 After each exact step the loop hands over to :mod:`sim.fastforward`, which applies runs of
 steps in bulk with bit-identical results (``exact_steps=True`` turns it off).
+
+Under async scheduling (vLLM's GPU default, :mod:`sim.sched.async_scheduler`) the loop is
+:meth:`Replica._loop_async`: while step k runs, step k+1 is planned from the arrivals received
+when step k started and the outputs of steps up to k-1; step k's output lands when it ends, and
+step k+1 starts then. Its fast-forward is :mod:`sim.fastforward_async`.
 """
 
 from __future__ import annotations
@@ -20,13 +25,15 @@ from typing import Any
 import simpy
 
 from sim.fastforward import fast_forward
+from sim.fastforward_async import fast_forward_async
 from sim.kv.base import KvAllocator
 from sim.records import StepLog
+from sim.rejects import KV_POOL, Rejection
 from sim.request import Request, Status
 from sim.sched.scheduler import Scheduler
-from sim.step import StepKernel
+from sim.step import InFlight, StepKernel
 
-NEVER_FITS = "cannot be scheduled: does not fit the KV pool"
+NEVER_FITS = "cannot be scheduled even on an idle engine: does not fit the KV pool"  # code kv_pool
 
 
 class Replica:
@@ -39,7 +46,7 @@ class Replica:
         *,
         exact_steps: bool = False,
         check: bool = False,
-        reject: Callable[[Request], str] | None = None,
+        reject: Callable[[Request], Rejection | None] | None = None,
         on_step: Callable[[Replica], None] | None = None,
         on_progress: Callable[[Replica], None] | None = None,
     ) -> None:
@@ -55,7 +62,7 @@ class Replica:
         self._cursor = 0
         self._router_next: Callable[[], float] | None = None
         self._wake: simpy.Event | None = None
-        self.process = env.process(self._loop())
+        self.process = env.process(self._loop_async() if kernel.sched.async_scheduling else self._loop())
 
     # ---- views --------------------------------------------------------------------------------
     @property
@@ -117,9 +124,9 @@ class Replica:
         i = self._cursor
         while i < len(inbox) and (inbox[i].arrival_s <= now or i < force):
             r = inbox[i]
-            reason = self.reject(r) if self.reject else ""
-            if reason:
-                r.status, r.reject_reason = Status.REJECTED, reason
+            rej = self.reject(r) if self.reject else None
+            if rej is not None:
+                r.status, r.reject_reason, r.reject_detail = Status.REJECTED, rej.code, rej.detail
                 self.rejected.append(r)
             else:
                 sched.add(r)
@@ -140,22 +147,12 @@ class Replica:
         sched = k.sched
         while True:
             self._pull(env.now)
-            if not sched.running and sched.num_waiting == 0:
-                self._wake = env.event()
-                if self._cursor < len(self._inbox):  # a future arrival from our own inbox
-                    nxt = self._cursor
-                    yield env.timeout(max(self._inbox[nxt].arrival_s - env.now, 0.0)) | self._wake
-                    self._wake = None
-                    self._pull(env.now, force=nxt + 1)
-                else:
-                    yield self._wake
-                    self._wake = None
-                    continue
+            if not sched.running and sched.num_waiting == 0 and not (yield from self._wait_for_work()):
+                continue
             now = env.now
             plan = sched.schedule(now, k.step)
             if not plan.scheduled and not sched.running:
-                if sched.num_waiting:  # nothing can ever run: reject the head, keep going
-                    self.rejected.append(sched.reject_head(NEVER_FITS))
+                self._reject_head()
                 continue
             batch = k.batch(plan)
             dt = k.cost.step_time(batch)
@@ -163,12 +160,7 @@ class Replica:
             end = env.now
             k.finish(sched.update(plan, end, k.step), end)
             k.record(now, dt, plan, batch)
-            if self.check:
-                k.kv.check(sched.running)
-            if self.on_step:
-                self.on_step(self)
-            if self.on_progress:
-                self.on_progress(self)
+            self._stepped()
             if not self.exact_steps:
                 hint = self._next_arrival_hint if self._router_next is not None else None
                 t = fast_forward(k, env.now, self._pull_due, hint)
@@ -178,6 +170,76 @@ class Replica:
                     yield from self._sleep_until(t)
                     if self.check:
                         k.kv.check(sched.running)
+
+    def _loop_async(self) -> Generator[simpy.Event, Any, None]:
+        """vLLM's batch queue of two (``EngineCore.step_with_batch_queue``): plan the next step
+        while ``flight`` runs, then land ``flight``'s output; two steps are planned back to back
+        when nothing is in flight."""
+        env, k = self.env, self.kernel
+        sched = k.sched
+        flight: InFlight | None = None
+        unrecorded = 0  # preemptions of a plan that scheduled nothing (no step to record them in)
+        while True:
+            if flight is None:
+                self._pull(env.now)
+                if not sched.running and sched.num_waiting == 0 and not (yield from self._wait_for_work()):
+                    continue
+                plan = sched.schedule(env.now, k.step)
+                if not plan.scheduled and not sched.running:
+                    self._reject_head()
+                    continue
+                plan.num_preempted += unrecorded
+                unrecorded = 0
+                flight = k.launch(plan, env.now)
+            self._pull(env.now)  # arrivals received by the time `flight` started
+            nxt = sched.schedule(env.now, k.step + 1)
+            yield env.timeout(flight.dt)
+            k.land(flight)
+            self._stepped()
+            flight = k.launch(nxt, env.now) if nxt.scheduled else None
+            if flight is None:
+                unrecorded += nxt.num_preempted
+            if flight is not None and not self.exact_steps:
+                hint = self._next_arrival_hint if self._router_next is not None else None
+                flight = fast_forward_async(k, flight, self._pull_due, hint)
+                if flight.start > env.now:
+                    if self.on_progress:
+                        self.on_progress(self)
+                    yield from self._sleep_until(flight.start)
+                    if self.check:
+                        k.kv.check(sched.running)
+
+    def _wait_for_work(self) -> Generator[simpy.Event, Any, bool]:
+        """Idle: wait for the next arrival of our own inbox or a submission (never polls).
+        False when woken by a submission that is still to be pulled."""
+        env = self.env
+        self._wake = env.event()
+        if self._cursor < len(self._inbox):  # a future arrival from our own inbox
+            nxt = self._cursor
+            yield env.timeout(max(self._inbox[nxt].arrival_s - env.now, 0.0)) | self._wake
+            self._wake = None
+            self._pull(env.now, force=nxt + 1)
+            return True
+        yield self._wake
+        self._wake = None
+        return False
+
+    def _reject_head(self) -> None:
+        """Nothing runs and nothing was scheduled: the waiting head can never run; reject it."""
+        sched = self.kernel.sched
+        if sched.num_waiting:
+            head = sched.reject_head(KV_POOL)
+            head.reject_detail = NEVER_FITS
+            self.rejected.append(head)
+
+    def _stepped(self) -> None:
+        """After each exact step: invariant check and the callbacks."""
+        if self.check:
+            self.kernel.kv.check(self.kernel.sched.running)
+        if self.on_step:
+            self.on_step(self)
+        if self.on_progress:
+            self.on_progress(self)
 
     def _sleep_until(self, t: float) -> Generator[simpy.Event, Any, None]:
         """Advance SimPy time to exactly ``t`` (the fast-forward's float sum of step times).

@@ -45,9 +45,13 @@ def fast_forward(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArri
 
     ``pull_due(t)`` admits the arrivals due by ``t`` to the scheduler; ``next_arrival`` (a
     router's hint) stops the window before a step that a submission could change.
+
+    Not in bulk: paper-v0's prefill-only steps, swapped requests waiting, and speculative
+    decoding (a decode advances by its accepted drafts, 1 to K + 1 tokens a step, so decoders
+    do not move in lockstep and the ``c0 mod B`` buckets below do not apply).
     """
     sched = k.sched
-    if sched.swapped or not sched.chunked_prefill:
+    if sched.swapped or not sched.mixed_steps or sched.spec_tokens:
         return t
     return _window(k, t, pull_due, next_arrival)
 
@@ -90,7 +94,7 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
     decoders = R                      # requests in the virtual representation
     step_cost, log_row, bb = k.cost.step_time, k.log.append, k.block_bytes
     max_seqs = sched.max_num_seqs
-    breakdown = kv.breakdown
+    breakdown, peek = kv.breakdown, sched.waiting.peek  # no swapped requests in a window
     s = 0
     while decoders:
         s1 = s + 1
@@ -125,7 +129,7 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
             batch = new_batch((a.prefill_tokens, a.num_prefill_seqs, a.prefill_attn_pairs,
                                a.prefill_context_tokens, decoders + a.num_decode_seqs,
                                ctx + a.decode_context_tokens, pages + a.pages_touched,
-                               page, 0, 0, bb))
+                               page, 0, a.swap_in_blocks, bb))  # swap-in: CPU offload loads
         dt = step_cost(batch)
         end = t + dt
         # ---- outcome ----
@@ -154,7 +158,7 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
         if partial:  # a chunked prefill remains: materialise, finish, hand over to exact steps
             _materialise(running, s, partial)
             k.finish([r for r in running if r.num_output >= r.output_tokens], end)
-            k.record(t, dt, StepPlan(), batch)
+            k.record(t, dt, plan if plan is not None else StepPlan(), batch)
             k.ff_steps += 1
             return end
         done = fin.pop(s1, None)
@@ -172,11 +176,12 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
                 r.num_output += s1
                 r.num_tokens += s1
             k.finish(done, end)
-        tok, res, internal, ext, free = breakdown(running, c0_sum + decoders * s)
+        tok, res, internal, ext, free = breakdown(running, c0_sum + decoders * s,
+                                                  waiting=peek() if nw else None)
         log_row(record((k.step, t, dt, len(running), nw, batch.prefill_tokens,
                         batch.num_decode_seqs, 0, fq.size if fq is not None else kv.num_free_blocks,
                         tok, res, internal, ext, free,
-                        pool.shared_excess if pool is not None else kv.shared_excess, 0, 0)))
+                        pool.shared_excess if pool is not None else kv.shared_excess, 0, batch.swap_in_blocks)))
         t = end
         k.busy_s += dt
         k.step += 1

@@ -29,7 +29,7 @@ class Request:
     request_id: str
     arrival_s: float
     prompt_tokens: int
-    output_tokens: int             # target output length
+    output_tokens: int             # output length: the trace's, cut at max_model_len (length_capped)
     priority: int = 0
     content: object = None         # None | ("ids", tuple) | ("hash", tuple, tokens_per_hash) | ("shared", key)
     parent: int = -1               # uid of the parent request for fanned-out samples
@@ -40,6 +40,9 @@ class Request:
     seq: int = -1                  # position key in the running list (set when appended)
     num_computed_tokens: int = 0
     num_output: int = 0
+    pending_output: int = 0        # async scheduling: sampled by the step in flight, counted in
+                                   # num_tokens but not yet seen by the scheduler (sim/sched/async_scheduler.py)
+    length_capped: bool = False    # output cut at max_model_len (vLLM finish reason "length")
     kv: Any = None                 # the allocator's handle (sim/kv: BlockTable | Chunk)
     # records
     first_scheduled_s: float = -1.0
@@ -49,7 +52,8 @@ class Request:
     finish_step: int = -1
     num_preemptions: int = 0
     prefix_hit_tokens: int = -1    # hit at first admission
-    reject_reason: str = ""
+    reject_reason: str = ""        # a code of sim.rejects.CODES ("" while not rejected)
+    reject_detail: str = ""        # the reason with its numbers
 
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt_tokens + self.num_output
@@ -68,6 +72,13 @@ class Request:
         if self.first_token_s < 0:
             self.first_token_s = end
         return True
+
+    def cap_output(self, max_model_len: int) -> None:
+        """Stop at ``max_model_len`` tokens, as vLLM's ``check_stop`` does (finish reason
+        "length"): a prompt shorter than the limit gets ``max_model_len - prompt`` output tokens."""
+        if self.prompt_tokens + self.output_tokens > max_model_len:
+            self.output_tokens = max_model_len - self.prompt_tokens
+            self.length_capped = True
 
     @property
     def final_tokens(self) -> int:

@@ -27,7 +27,15 @@ from sim.engine import Replica
 from sim.ingest import make_requests
 from sim.results import request_frame
 from sim.sched.plan import PrefixStats
-from sim.summary import PrefixCache, RunCounters, Summary, Timings, TraceInfo, summarize
+from sim.summary import (
+    PrefixCache,
+    RunCounters,
+    Summary,
+    Timings,
+    TraceInfo,
+    kv_offload_of,
+    summarize,
+)
 from workloads.schema import Trace
 
 
@@ -101,7 +109,7 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
                            kv.paged, kv.block_size)
     summary = dataclasses.replace(
         summarize(cfg, parts.budget, parts.cost.name, requests, steps, counters),
-        timings=Timings(round(load_s, 4), round(sim_s, 4), 0.0),
+        timings=Timings(round(load_s, 4), round(sim_s, 4), 0.0), kv_offload=kv_offload_of(kv, counters.prefix),
         trace=TraceInfo(trace.path, trace.format, trace.num_requests, trace.content_hash,
-                        trace.num_bad_rows))
+                        trace.num_bad_rows, trace.notes))
     return SimResult(cfg, parts.budget, parts.cost.name, requests, steps, summary)

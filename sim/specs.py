@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -11,7 +11,19 @@ from typing import Any
 
 import yaml
 
+from sim.attention import (
+    KINDS,
+    AttentionGroup,
+    AttentionKind,
+    check_layout,
+    group_layers,
+    layer_kinds,
+)
 from sim.errors import ConfigError
+from sim.hf_shapes import hf_shape_fields, text_config
+from sim.mlp import gated_mlp
+from sim.quant import WeightQuant, weight_quant
+from sim.quant import weight_bytes as quant_weight_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,18 +40,67 @@ class ModelSpec:
     params_b: float
     dtype_bytes: int = 2
     max_model_len: int = 8192
+    # attention layout (sim/attention.py); kv_lora_rank + qk_rope_head_dim make it MLA
+    layer_pattern: tuple[str, ...] = ()
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    # weights (sim/quant.py) and the KV cache dtype (--kv-cache-dtype; None = auto = dtype_bytes)
+    quantization: WeightQuant | None = None
+    tie_word_embeddings: bool = False
+    kv_cache_dtype_bytes: int | None = None
+    # MLP with a gate (gate + up projections: Llama, Qwen) or one up projection (OPT, BLOOM); sim/mlp.py
+    gated_mlp: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layer_pattern", tuple(self.layer_pattern))
+        object.__setattr__(self, "quantization", weight_quant(self.quantization, f"model {self.key}"))
+        if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
+            raise ConfigError(f"model {self.key}: MLA needs both kv_lora_rank and qk_rope_head_dim")
+        check_layout(self.key, self.layer_pattern, self.sliding_window, self.attention_chunk_size, self.is_mla)
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
 
     @property
     def weight_bytes(self) -> int:
-        return int(self.params_b * 1e9 * self.dtype_bytes)
+        embeddings = self.vocab * self.hidden * (1 if self.tie_word_embeddings else 2)
+        return quant_weight_bytes(self.params_b, self.dtype_bytes, embeddings, self.quantization)
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        return self.kv_cache_dtype_bytes or self.dtype_bytes
 
     def kv_bytes_per_token(self, tp: int = 1) -> int:
-        """K and V for every layer: 2 x layers x kv_heads/TP x head_dim x dtype bytes."""
-        return 2 * self.layers * self.kv_heads_per_gpu(tp) * self.head_dim * self.dtype_bytes
+        """KV bytes of one token in every layer, per GPU (sliding layers counted as if full).
+
+        Standard attention: 2 (K, V) x layers x kv_heads/TP x head_dim x kv dtype bytes;
+        MLA: layers x (kv_lora_rank + qk_rope_head_dim) x kv dtype bytes on every TP rank.
+        """
+        return sum(g.num_layers * g.bytes_per_token for g in self.attention_groups(tp))
+
+    def layer_bytes_per_token(self, tp: int = 1) -> int:
+        """KV bytes of one token in ONE layer on one GPU (every layer of a model has the same)."""
+        if self.kv_lora_rank is not None and self.qk_rope_head_dim is not None:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.kv_dtype_bytes
+        return 2 * self.kv_heads_per_gpu(tp) * self.head_dim * self.kv_dtype_bytes
+
+    def layer_kinds(self) -> tuple[AttentionKind, ...]:
+        """The attention kind of each layer, layer 0 first."""
+        return layer_kinds(self.layers, self.layer_pattern, self.is_mla)
+
+    def attention_groups(self, tp: int = 1) -> tuple[AttentionGroup, ...]:
+        """One AttentionGroup(kind, num_layers, window, bytes_per_token) per attention kind."""
+        per_layer = self.layer_bytes_per_token(tp)
+        return group_layers(self.layer_kinds(), self.sliding_window, self.attention_chunk_size,
+                            dict.fromkeys(KINDS, per_layer))
 
     def kv_heads_per_gpu(self, tp: int = 1) -> int:
         # vLLM replicates KV heads when TP > kv_heads: each GPU keeps at least one.
-        return max(1, self.kv_heads // tp)
+        # MLA keeps one latent "head" that every rank holds whole (MLAAttentionSpec).
+        return 1 if self.is_mla else max(1, self.kv_heads // tp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +171,11 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     """Read layers, KV heads, head_dim and dtype from a Hugging Face ``config.json``."""
     try:
         cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"--model {path}: cannot read config.json ({e})") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"--model {path}: config.json is not a JSON object")
+    cfg = text_config(cfg)  # multimodal configs keep the language model under text_config
 
     def get(*names: str, default: Any = None) -> Any:
         for n in names:
@@ -134,16 +196,19 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     if dtype not in _HF_DTYPES:
         raise ConfigError(f"--model {path}: field 'torch_dtype' = {dtype!r} is not one of {sorted(_HF_DTYPES)}")
     max_len = int(get("max_position_embeddings", default=8192))
-    # Parameter estimate: attention (q, o full; k, v by kv heads) + gated MLP + embeddings.
+    # Parameter estimate: attention (q, o full; k, v by kv heads) + MLP (3 matrices if gated, else 2) + embeddings.
+    gated = gated_mlp(cfg)
     attn = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
-    mlp = 3 * hidden * ffn
+    mlp = (3 if gated else 2) * hidden * ffn
     params = layers * (attn + mlp) + 2 * vocab * hidden
-    return ModelSpec(
+    spec = ModelSpec(
         key=str(path), name=str(cfg.get("_name_or_path") or path.parent.name or "custom"),
         layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         ffn=ffn, vocab=vocab, params_b=params / 1e9, dtype_bytes=_HF_DTYPES[dtype],
-        max_model_len=max_len,
+        max_model_len=max_len, gated_mlp=gated,
     )
+    extra = hf_shape_fields(cfg, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, f"--model {path}")
+    return replace(spec, **extra)  # sliding/chunked layers, MLA, MoE parameters, quantization
 
 
 def resolve_model(name: str) -> ModelSpec:

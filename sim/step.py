@@ -7,6 +7,10 @@ loop (:mod:`sim.engine`) and fast-forward (:mod:`sim.fastforward`).
     done  = sched.update(plan, now + dt, step) # tokens computed, tokens sampled
     kernel.finish(done, now + dt)              # free, mark finished
     kernel.record(now, dt, plan, batch)        # one StepRecord
+
+Under async scheduling (:mod:`sim.sched.async_scheduler`) the next step is planned between a
+step's :meth:`StepKernel.launch` (batch, duration, update) and its :meth:`StepKernel.land`
+(output seen, finish, record); :class:`InFlight` carries the step in between.
 """
 
 from __future__ import annotations
@@ -15,10 +19,22 @@ from dataclasses import dataclass, field
 
 from sim.cost import StepBatch, StepCostModel
 from sim.kv.base import KvAllocator, MemoryBreakdown
+from sim.kv.paged import PagedAllocator
 from sim.records import StepLog, StepRecord
 from sim.request import Request
 from sim.sched.plan import StepPlan
 from sim.sched.scheduler import Scheduler
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class InFlight:
+    """A step on the GPU whose output has not reached the scheduler (async scheduling)."""
+
+    plan: StepPlan
+    batch: StepBatch
+    dt: float
+    start: float
+    done: list[Request]                # requests whose last token it samples
 
 
 @dataclass(slots=True, eq=False)
@@ -67,9 +83,33 @@ class StepKernel:
             self.sched.finish(done, end, self.step)
             self.finished.extend(done)
 
+    def launch(self, plan: StepPlan, start: float) -> InFlight:
+        """Start a step at ``start``: its cost, and its tokens computed and sampled (unseen by an
+        async scheduler until :meth:`land`)."""
+        batch = self.batch(plan)
+        dt = self.cost.step_time(batch)
+        return InFlight(plan, batch, dt, start, self.sched.update(plan, start + dt, self.step))
+
+    def land(self, f: InFlight) -> None:
+        """The step's output reaches the scheduler: tokens seen, finished requests freed, one record."""
+        self.sched.output(f.plan)
+        self.finish(f.done, f.start + f.dt)
+        self.record(f.start, f.dt, f.plan, f.batch)
+
     def breakdown(self) -> MemoryBreakdown:
-        running = self.sched.running
-        return self.kv.breakdown(running, sum(r.num_computed_tokens for r in running))
+        sched = self.sched
+        running, swapped = sched.running, sched.preemption.swapped
+        head = swapped[0] if swapped else sched.waiting.peek()  # the next request to place
+        mem = self.kv.breakdown(running, sum(r.num_computed_tokens for r in running), waiting=head)
+        ahead = sched.spec_tokens + sched.lookahead
+        if ahead and isinstance(self.kv, PagedAllocator):
+            # speculative decoding: slots held past the next token for drafts and lookahead are
+            # reserved (used again next step), not fragmentation
+            B = self.page_size
+            held = sum(min(max(len(r.kv.blocks) * B - r.num_computed_tokens - 1, 0), ahead)
+                       for r in running if r.kv is not None)
+            mem = mem._replace(reserved=mem.reserved + held, internal_frag=mem.internal_frag - held)
+        return mem
 
     def record(self, start: float, dt: float, plan: StepPlan, batch: StepBatch,
                mem: MemoryBreakdown | None = None) -> None:

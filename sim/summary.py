@@ -7,6 +7,7 @@ flat row of scalars (sweep tables, pandas).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,11 @@ import pandas as pd
 from sim import __version__
 from sim.budget import KvBudget
 from sim.config import SimConfig
+from sim.cost import CostBasis, basis_of, build_cost_model
+from sim.errors import KvsimError
+from sim.kv.offload import OffloadingAllocator
+from sim.overload import Load, offered_load
+from sim.resolved import resolved_config
 from sim.results import memory_breakdown
 
 
@@ -51,6 +57,33 @@ class PrefixCache:
 
 
 @dataclass(frozen=True, slots=True)
+class KvOffload:
+    """The prefix cache per tier with ``--kv-offloading-size`` (all zero without): tokens of new
+    requests found on the GPU and in the CPU tier, as shares of their queried tokens (vLLM's
+    prefix-cache and connector hit rates), and the CPU tier's traffic in blocks."""
+
+    cpu_blocks: int = 0
+    gpu_hits: int = 0
+    gpu_hit_rate: float = 0.0
+    cpu_hits: int = 0
+    cpu_hit_rate: float = 0.0
+    cpu_preempted_hits: int = 0        # tokens loaded for resumed (preempted) requests
+    loaded_blocks: int = 0             # CPU -> GPU (charged to the admitting step as swap-in)
+    stored_blocks: int = 0             # GPU -> CPU (write-through of every filled block)
+    cpu_evictions: int = 0
+
+
+def kv_offload_of(kv: object, prefix: PrefixCache) -> KvOffload:
+    """The per-tier counters of an offloading allocator (:mod:`sim.kv.offload`); zeros otherwise."""
+    if not isinstance(kv, OffloadingAllocator):
+        return KvOffload()
+    q, cpu = prefix.queries, kv.hit_tokens
+    return KvOffload(kv.cpu.num_blocks, prefix.hits - cpu, (prefix.hits - cpu) / q if q else 0.0, cpu,
+                     cpu / q if q else 0.0, kv.preempted_hit_tokens, kv.loaded_blocks,
+                     kv.cpu.stored_blocks, kv.cpu.evictions)
+
+
+@dataclass(frozen=True, slots=True)
 class Timings:
     load_s: float = 0.0
     simulate_s: float = 0.0
@@ -64,6 +97,7 @@ class TraceInfo:
     num_rows: int = 0
     content_hash: str = ""
     num_bad_rows: int = 0
+    notes: tuple[str, ...] = ()        # what loading did to the file (re-sorted rows, skipped rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +128,13 @@ class Summary:
     sharing_saved_fraction: float
     busy_fraction: float
     rejections: dict[str, int]         # reject reason -> count
+    num_length_capped: int = 0         # finished requests cut at max_model_len (finish reason "length")
+    load: Load = field(default_factory=Load)  # offered vs served rate, overloaded (sim/overload.py)
+    config_defaults: tuple[str, ...] = ()  # knobs left unset, filled in by preset/budget (sim/resolved.py)
+    kv_offload: KvOffload = field(default_factory=KvOffload)  # per-tier hits (--kv-offloading-size)
+    cost_basis: str = ""               # fitted | extrapolated | uncalibrated | exact (sim/cost/batch.py)
+    cost_basis_detail: str = ""        # each term's source; how it was extrapolated
+    cost_band: tuple[float, float] = (0.0, 0.0)  # step-time error band (optimistic, pessimistic), fractions
     timings: Timings = field(default_factory=Timings)
     trace: TraceInfo = field(default_factory=TraceInfo)
     kvsim_version: str = __version__
@@ -114,10 +155,13 @@ class Summary:
                 out[f"{lat.removesuffix('_s')}_{q}_s"] = v
         out.update({f"mem_{k}": v for k, v in s["memory"].items()})
         out.update({f"prefix_{k}": v for k, v in s["prefix_cache"].items()})
+        out.update({f"offload_{k}": v for k, v in s["kv_offload"].items()})
         for k, v in s.items():
             if isinstance(v, (int, float, str)) and not isinstance(v, bool) and k not in out:
                 out[k] = v
         out["cost_model_name"] = out.pop("cost_model")
+        out["cost_band_optimistic"], out["cost_band_pessimistic"] = s["cost_band"]
+        out.update(s["load"])  # offered_rps, served_rps, backlog_at_last_arrival, overloaded
         out["simulate_s"] = s["timings"]["simulate_s"]
         return out
 
@@ -136,6 +180,19 @@ class RunCounters:
     block_size: int
 
 
+def cost_basis(cfg: SimConfig) -> CostBasis:
+    """Fitted / extrapolated / uncalibrated, for the run's model, GPU and TP (sim/cost)."""
+    from sim.specs import resolve_gpu, resolve_model
+
+    try:
+        cost = build_cost_model(cfg.cost_model, resolve_model(cfg.model), resolve_gpu(cfg.gpu),
+                                cfg.tensor_parallel_size, Path(cfg.calibration) if cfg.calibration else None,
+                                cfg.serving_stack)
+    except KvsimError:
+        return CostBasis("unknown")
+    return basis_of(cost)
+
+
 def summarize(cfg: SimConfig, budget: KvBudget, cost_name: str, req: pd.DataFrame,
               steps: pd.DataFrame, c: RunCounters) -> Summary:
     done = req[req["status"] == "finished"]
@@ -145,8 +202,11 @@ def summarize(cfg: SimConfig, budget: KvBudget, cost_name: str, req: pd.DataFram
     held = steps["token_state_slots"] + steps["internal_frag_slots"] + steps["reserved_slots"]
     saved = steps["shared_blocks_saved"]
     rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
+    config, defaults = resolved_config(cfg, budget)
+    basis = cost_basis(cfg)
     return Summary(
-        config=cfg.model_dump(), cost_model=cost_name, num_gpu_blocks=budget.num_gpu_blocks,
+        cost_basis=basis.basis, cost_basis_detail=basis.detail, cost_band=basis.band,
+        config=config, config_defaults=defaults, cost_model=cost_name, num_gpu_blocks=budget.num_gpu_blocks,
         budget=budget.as_dict(), num_requests=len(req), num_finished=len(done),
         num_rejected=int((req["status"] == "rejected").sum()),
         num_unfinished=int((req["status"] == "unfinished").sum()),
@@ -163,5 +223,7 @@ def summarize(cfg: SimConfig, budget: KvBudget, cost_name: str, req: pd.DataFram
         if len(steps) and c.paged else 0.0,
         busy_fraction=c.busy_s / span if span > 0 else 0.0,
         rejections={str(k): int(v) for k, v in
-                    req.loc[req["status"] == "rejected", "reject_reason"].value_counts().items()},
+                    req.loc[req["status"] == "rejected", "reject_reason"].value_counts().items() if v},
+        num_length_capped=int((done["finish_reason"] == "length").sum()) if "finish_reason" in done else 0,
+        load=offered_load(req),
     )

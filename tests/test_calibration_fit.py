@@ -12,7 +12,7 @@ from calibration.features import (
     scale_coefficients,
 )
 from calibration.nnls_fit import fit_terms, nnls_relative
-from sim.cost import StepBatch, build_cost_model
+from sim.cost import StepBatch, basis_of, build_cost_model
 from sim.cost.calibrated import build_calibrated, committed_calibrations
 from sim.errors import ConfigError
 from sim.specs import resolve_gpu, resolve_model
@@ -81,14 +81,15 @@ def test_committed_vidur_fits_drive_the_calibrated_model() -> None:
     assert all(s.doc["source"] != "cpu" for s in srcs)
     m = resolve_model("llama-3.1-8b")
     a100 = build_cost_model("calibrated", m, resolve_gpu("a100-80gb"), 2)
-    assert "vidur profiles a100" in a100.name and "extrapolated" not in a100.name
+    assert basis_of(a100).basis == "fitted" and "vidur profiles a100" in basis_of(a100).detail
     h200 = build_cost_model("calibrated", m, resolve_gpu("h200"), 1)
-    assert "extrapolated" in h200.name
+    assert basis_of(h200).basis == "extrapolated" and "extrapolated" in h200.name
     small = StepBatch(num_decode_seqs=8, decode_context_tokens=8 * 1000, pages_touched=8 * 63)
     big = StepBatch(num_decode_seqs=8, decode_context_tokens=8 * 8000, pages_touched=8 * 500)
+    # kernel time (the vllm stack's launch floor can hide it in the whole step at small batches)
     for cost in (a100, h200):
-        assert 0 < cost.step_time(small) < cost.step_time(big)
-    assert h200.step_time(big) < a100.step_time(big)  # 4.8 vs 2.0 TB/s
+        assert 0 < cost.gpu_time(small) < cost.gpu_time(big) and cost.step_time(small) <= cost.step_time(big)
+    assert h200.gpu_time(big) < a100.gpu_time(big)  # 4.8 vs 2.0 TB/s
 
 
 @pytest.mark.skipif(not VIDUR.exists(), reason="../shared/gpu_profiles not present")

@@ -15,7 +15,7 @@ pytest.importorskip("triton")
 
 from calibration import run_gpu  # noqa: E402
 from calibration.fit import write_fit  # noqa: E402
-from sim.cost import StepBatch, build_cost_model  # noqa: E402
+from sim.cost import StepBatch, basis_of, build_cost_model  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 from sim.specs import resolve_gpu, resolve_model  # noqa: E402
 
@@ -64,7 +64,7 @@ def test_fit_then_simulate_with_it(cpu_run: Path) -> None:
     assert all(v >= 0 for v in att["coef"].values())
     model, gpu = resolve_model("llama-3.1-8b"), resolve_gpu("h200")
     cost = build_cost_model("calibrated", model, gpu, 1, path)
-    assert "cpu test run" in cost.name
+    assert "cpu test run" in basis_of(cost).detail and basis_of(cost).basis == "extrapolated"
     times = [cost.step_time(StepBatch(num_decode_seqs=8, decode_context_tokens=c,
                                       pages_touched=-(-c // 16))) for c in (800, 8000, 80000)]
     assert all(t > 0 for t in times)

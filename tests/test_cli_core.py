@@ -38,7 +38,10 @@ def test_simulate_with_no_arguments_runs_the_bundled_trace(tmp_path: Path) -> No
               "memory", "preemptions", "prefix_cache"):
         assert k in summary
     assert set(summary["timings"]) == {"load_s", "simulate_s", "write_s"}
-    assert "roofline" in summary["cost_model"]
+    # the default cost model is the calibrated one; every output says what its step times rest on
+    assert summary["cost_model"].startswith("calibrated (h100, tp=1, vllm stack")
+    assert summary["cost_basis"] == "extrapolated" and summary["cost_band"][1] > 0
+    assert "step-time basis" in p.stdout
     assert "kvsim" in p.stdout and "TTFT" in p.stdout
 
 

@@ -87,7 +87,8 @@ def test_requests_that_can_never_run_are_rejected_with_a_reason() -> None:
             {"arrival_s": 0.0, "prompt_tokens": 10, "output_tokens": 10}]
     res = run(rows, num_gpu_blocks=1000, max_model_len=4096)
     assert res.requests["status"].tolist() == ["rejected", "finished"]
-    assert "max_model_len" in res.requests["reject_reason"].iloc[0]
+    assert res.requests["reject_reason"].iloc[0] == "max_model_len"
+    assert res.requests["reject_detail"].iloc[0].startswith("prompt 5000 >= max_model_len 4096")
 
 
 def test_memory_categories_sum_to_the_pool_at_every_step(bundled_trace) -> None:
@@ -113,11 +114,15 @@ CONFIGS = [
     # a chunked prefill remains in a step where a decoder finishes (num_running after finishing)
     {"num_gpu_blocks": 400, "max_model_len": 4096, "long_prefill_token_threshold": 256,
      "victim": "fewest-tokens"},
+    {"num_gpu_blocks": 600, "max_model_len": 4096, "chunked_prefill": False},  # V1 steps, whole prompts
 ]
 
 
 @pytest.mark.parametrize("kw", CONFIGS)
 def test_fast_forward_is_bit_identical_to_exact_steps(bundled_trace, kw) -> None:
+    """Sync scheduling (the window of sim/fastforward.py); tests/test_async_scheduling.py runs the
+    async window (sim/fastforward_async.py) on the same kind of configs."""
+    kw = {"async_scheduling": False, **kw}
     check = kw.get("num_gpu_blocks", 0) <= 1000  # per-step invariant checks are O(pool)
     ff = simulate(make_config(exact_steps=False, **kw), bundled_trace, check=check)
     ex = simulate(make_config(exact_steps=True, **kw), bundled_trace, check=check)
@@ -132,7 +137,7 @@ def test_fast_forward_identical_with_prefix_sharing_on_mooncake() -> None:
     tr = load_trace(MOONCAKE_CONV)
     df = tr.df[tr.df["prompt_tokens"] < 8000].head(80).reset_index(drop=True)
     tr = make_trace(df.to_dict("records"))
-    kw = dict(gpu="h200", num_gpu_blocks=1500, max_model_len=8192)
+    kw = dict(gpu="h200", num_gpu_blocks=1500, max_model_len=8192, async_scheduling=False)
     ff = simulate(make_config(**kw), tr)
     ex = simulate(make_config(exact_steps=True, **kw), tr)
     assert ff.summary.prefix_cache.hit_rate > 0.05
@@ -167,8 +172,8 @@ def test_parallel_sampling_fans_out_and_shares_the_prompt_through_the_cache() ->
 
 
 def test_roofline_is_labelled_uncalibrated(bundled_trace) -> None:
-    res = simulate(make_config(max_model_len=8192), bundled_trace)
-    assert "uncalibrated" in res.summary.cost_model
+    res = simulate(make_config(max_model_len=8192, cost_model="roofline"), bundled_trace)
+    assert "uncalibrated" in res.summary.cost_model and res.summary.cost_basis == "uncalibrated"
     assert np.isfinite(res.summary.ttft_s.p99)
 
 

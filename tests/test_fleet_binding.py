@@ -1,33 +1,61 @@
-"""Binding-constraint labels, from hand-made step records and from real runs that push one
-limit at a time."""
+"""Binding-constraint labels (sim/fleet/binding.py): one hand-made case per label, and real
+runs that push one limit at a time."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from sim.config import make_config
-from sim.fleet.binding import Diagnostics, classify, diagnose
+from sim.fleet.binding import BINDINGS, LABELS, Diagnostics, classify, diagnose
 from sim.fleet.workload import to_trace
 from sim.run import simulate
 
+TTFT, TPOT = ("ttft_p99<=1s",), ("tpot_p99<=0.05s",)
 
-def steps(n: int, *, waiting: int, running: int, free: int, pool: int = 100, tokens: int = 10) -> pd.DataFrame:
+
+def steps(n: int, *, waiting: int, running: int, free: int, pool: int = 100, prefill: int = 10,
+          decode: int = 0) -> pd.DataFrame:
     return pd.DataFrame({
         "duration_s": np.full(n, 0.01), "num_waiting": waiting, "num_running": running,
-        "prefill_tokens": tokens, "decode_tokens": 0, "token_state_slots": pool - free,
+        "prefill_tokens": prefill, "decode_tokens": decode, "token_state_slots": pool - free,
         "reserved_slots": 0, "internal_frag_slots": 0, "external_frag_slots": 0, "free_slots": free})
 
 
-def test_labels_from_hand_made_records() -> None:
-    kv = diagnose(steps(10, waiting=3, running=5, free=1), 100, 0, 256, 8192, ("ttft_p99<=1s",))
-    assert kv.kv_full_share == 1.0 and classify(kv) == "kv-memory"
-    cap = diagnose(steps(10, waiting=3, running=8, free=50), 100, 0, 8, 8192, ("ttft_p99<=1s",))
-    assert cap.seq_cap_share == 1.0 and classify(cap) == "max_num_seqs"
-    dec = diagnose(steps(10, waiting=0, running=8, free=50), 100, 0, 256, 8192, ("tpot_p99<=0.05s",))
-    assert classify(dec) == "decode-compute"
-    pre = diagnose(steps(10, waiting=2, running=8, free=50, tokens=8192), 100, 0, 256, 8192, ("ttft_p99<=1s",))
-    assert pre.token_cap_share == 1.0 and classify(pre) == "prefill-queueing"
+def requests(wait_s: float, prefill_s: float, n: int = 20) -> pd.DataFrame:
+    """``n`` requests that each wait ``wait_s`` to be scheduled, then take ``prefill_s`` to a token."""
+    arr = np.arange(n, dtype=float)
+    return pd.DataFrame({"arrival_s": arr, "first_scheduled_s": arr + wait_s,
+                         "first_token_s": arr + wait_s + prefill_s})
+
+
+FREE = dict(free=50)   # a pool with room
+CASES = {
+    "kv-memory": (steps(10, waiting=3, running=5, free=1), 256, TTFT, None),
+    "max_num_seqs": (steps(10, waiting=3, running=8, **FREE), 8, TTFT, None),
+    "prefill-interference": (steps(10, waiting=0, running=8, prefill=100, decode=7, **FREE), 256, TPOT, None),
+    "decode-steps": (steps(10, waiting=0, running=8, prefill=0, decode=8, **FREE), 256, TPOT, None),
+    "token-budget": (steps(10, waiting=2, running=8, prefill=8192, **FREE), 256, TTFT, None),
+    "prefill-compute": (steps(10, waiting=0, running=1, prefill=512, **FREE), 256, TTFT, requests(0.01, 2.0)),
+    "queueing": (steps(10, waiting=5, running=8, prefill=64, decode=7, **FREE), 256, TTFT, requests(3.0, 0.1)),
+}
+
+
+@pytest.mark.parametrize("label", BINDINGS)
+def test_each_label_from_hand_made_records(label: str) -> None:
+    st, max_seqs, failing, req = CASES[label]
+    d = diagnose(st, 100, 0, max_seqs, 8192, failing, req)
+    assert classify(d) == label
+    assert LABELS[label][0] and LABELS[label][1]       # every label is defined and says what helps
+
+
+def test_the_shares_behind_the_labels() -> None:
+    assert diagnose(*CASES["kv-memory"][:1], 100, 0, 256, 8192, TTFT).kv_full_share == 1.0
+    mixed = pd.concat([steps(3, waiting=0, running=4, prefill=100, decode=3, **FREE),
+                       steps(1, waiting=0, running=4, prefill=0, decode=4, **FREE)])
+    assert diagnose(mixed, 100, 0, 256, 8192, TPOT).prefill_step_share == pytest.approx(0.75)
+    assert diagnose(mixed, 100, 0, 256, 8192, TTFT, requests(1.0, 3.0)).tail_wait_share == pytest.approx(0.25)
     assert classify(Diagnostics(0, 0, 0, 0, 12.0, ())) == "kv-memory"   # preemptions alone
 
 
@@ -51,3 +79,17 @@ def test_small_kv_pool_binds_on_memory() -> None:
 def test_low_max_num_seqs_binds_on_the_batch_cap() -> None:
     d = _run(max_num_seqs=2)
     assert classify(d) == "max_num_seqs"
+
+
+def test_long_prompts_at_low_load_bind_on_prefill_compute() -> None:
+    """8,000-token prompts in 512-token chunks at 10 ms a step: 16 steps (160 ms) of prefill
+    each, at one request per second: nothing waits, the prompts themselves miss a 0.1 s TTFT."""
+    n = 30
+    df = pd.DataFrame({"arrival_s": np.arange(n, dtype=float), "prompt_tokens": np.full(n, 8000),
+                       "output_tokens": np.full(n, 4)})
+    cfg = make_config(model="llama-3.1-8b", cost_model="constant:0.01", max_num_batched_tokens=512,
+                      max_num_seqs=64, max_model_len=16384)
+    res = simulate(cfg, to_trace(df))
+    b = res.budget
+    d = diagnose(res.steps, n, 0, b.max_num_seqs, b.max_num_batched_tokens, ("ttft_p99<=0.1s",), res.requests)
+    assert d.tail_wait_share < 0.1 and classify(d) == "prefill-compute"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import matplotlib.image as mpimg
@@ -136,3 +137,72 @@ def test_plot_cli_memory_and_memmap(runs: list[Path], tmp_path: Path) -> None:
     for name in ("memory_over_time", "memory_map", "block_tables_paged", "block_tables_slab"):
         assert_image([tmp_path / f"{name}.png", tmp_path / f"{name}.svg"], 400, 150)
 
+
+
+def test_heatmap_cells_use_readable_numbers_and_latency_units() -> None:
+    import pandas as pd
+
+    df = pd.DataFrame({
+        "key": list("abcd"), "block_size": [8, 8, 16, 16], "gpu_memory_utilization": [0.8, 0.9, 0.8, 0.9],
+        "model": "llama-3.1-8b", "gpu": "h100", "cost_model_name": "constant:0.01", "status": "ok",
+        "throughput_rps": [1234.5, 2.5, 3.25, 0.0123], "ttft_p99_s": [2774.8, 600.0, 90.0, 1500.0],
+        "tpot_p99_s": [0.012, 0.02, 0.5, 0.004], "preemptions_per_1k": [0.0, 12.0, 3.0, 0.5],
+        "mem_token_state": [0.5, 0.6, 0.7, 0.8]})
+    fig = sweep_heatmaps(df, "block_size", "gpu_memory_utilization")
+    panels = {a.get_title(): sorted(t.get_text() for t in a.texts) for a in fig.axes if a.get_images()}
+    assert panels["p99 TTFT (min)"] == sorted(["46.2", "10.0", "1.50", "25.0"])   # 2774.8 s, 600 s, ...
+    assert panels["p99 TPOT (ms)"] == sorted(["12.0", "20.0", "500", "4.00"])
+    assert panels["throughput (req/s)"] == sorted(["1,234", "2.50", "3.25", "0.0123"])
+    assert panels["preemptions per 1k requests"] == sorted(["0", "12.0", "3.00", "0.500"])
+    assert not any("e+" in t or "e-" in t for texts in panels.values() for t in texts)
+
+
+def test_cdf_legend_gives_p99_in_its_unit(runs: list[Path]) -> None:
+    from sim import fmt
+    loaded = [load_run(r) for r in runs]
+    fig = latency_cdfs([(i, req) for i, _, req in loaded])
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    for (info, _, req), text in zip(loaded, legend, strict=True):
+        p99 = req.loc[req["status"] == "finished", "ttft_s"].quantile(0.99)
+        assert text == f"{info.label} (p99 {fmt.duration(p99)})"
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks and all(re.fullmatch(r"[\d,.]+ (ms|s|min|h)", t) for t in ticks), ticks
+
+
+def test_labels_tell_apart_runs_that_differ_only_in_trace() -> None:
+    from sim.plots.labels import distinct_labels
+    assert distinct_labels(["paged B=16", "slab max (buddy)"], ["a.csv", "a.csv"], ["r1", "r2"]) == \
+        ["paged B=16", "slab max (buddy)"]
+    assert distinct_labels(["paged B=16"] * 2, ["conv.csv", "code.csv"], ["r1", "r2"]) == \
+        ["paged B=16 | conv.csv", "paged B=16 | code.csv"]
+    assert distinct_labels(["paged B=16"] * 2, ["t.csv"] * 2, ["seed0", "seed1"]) == \
+        ["seed0: paged B=16", "seed1: paged B=16"]
+    assert distinct_labels(["paged B=16"] * 2, ["t.csv"] * 2, ["run", "run"], ["a/run", "b/run"]) == \
+        ["a/run: paged B=16", "b/run: paged B=16"]
+
+
+def test_plot_cdf_and_breakdown_label_runs_by_trace(trace, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import pandas as pd
+
+    from sim.cli.plot import _labelled, sweep_labels
+    dirs = []
+    for name, n in (("first30.csv", 30), ("first60.csv", 60)):
+        tr = dataclasses.replace(trace, df=trace.df.head(n).reset_index(drop=True), path=str(tmp_path / name))
+        d = tmp_path / name.removesuffix(".csv")
+        simulate(make_config(**SMALL), tr).write(d)
+        dirs.append(d)
+    infos = _labelled(dirs, [load_run(d)[0] for d in dirs])
+    assert [i.label for i in infos] == ["paged B=16 | first30.csv", "paged B=16 | first60.csv"]
+    sweep = pd.DataFrame({"key": ["k1", "k2"], "trace": ["/x/conv.csv", "/y/code.csv"], "block_size": [16, 16],
+                          "model": "m"})
+    assert sweep_labels(sweep) == ["trace=conv.csv", "trace=code.csv"]
+    r = CliRunner().invoke(_app(), ["plot", "cdf", *map(str, dirs), "--out", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(_app(), ["plot", "breakdown", *map(str, dirs), "--out", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+
+
+def _app():  # type: ignore[no-untyped-def]
+    from sim.cli.main import _load, app
+    _load()
+    return app

@@ -20,10 +20,8 @@ cli_main._load()
 
 
 def kvsim(*args: str) -> tuple[int, str]:
-    """Run like ``main()`` does: user errors become one line and exit code 2."""
+    """Run as a user does: the app itself turns user errors into one line and exit code 2."""
     res = runner.invoke(cli_main.app, ["trace", *args])
-    if res.exception is not None and isinstance(res.exception, cli_main.KvsimError):
-        return 2, f"error: {res.exception}"
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
     return res.exit_code, res.output
 

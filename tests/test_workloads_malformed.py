@@ -41,6 +41,12 @@ BAD = {
     "normalized_csv": ("n.csv", NORM + "0,10,5\n1,10,\n", 3, "output_tokens"),
     "normalized_jsonl": ("n.jsonl", '{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 1}\n'
                          '{"arrival_s": "soon", "prompt_tokens": 3, "output_tokens": 1}\n', 2, "arrival_s"),
+    # issue 11 item 4: hash_ids must cover the prompt (2 x 512 = 1024 tokens < 1100)
+    "normalized_jsonl_hash_coverage": ("h.jsonl", '{"arrival_s": 0, "prompt_tokens": 1000, "output_tokens": 1, "hash_ids": [1, 2]}\n'
+                                       '{"arrival_s": 1, "prompt_tokens": 1100, "output_tokens": 1, "hash_ids": [1, 2]}\n',
+                                       2, "'hash_ids' 2 ids x tokens_per_hash 512 cover 1024 tokens, fewer than prompt_tokens 1100"),
+    "normalized_csv_hash_coverage": ("h.csv", NORM.strip() + ",hash_ids,tokens_per_hash\n0,32,1,"
+                                     '"[7, 8]",16\n1,33,1,"[7, 8]",16\n', 3, "needs at least 3 ids"),
 }
 
 
@@ -139,3 +145,68 @@ def test_length_table_poisson_arrivals_are_seeded(tmp_path: Path) -> None:
     b = load_trace(p, opts=ReadOptions(rate=2.0, seed=3)).df
     assert a["arrival_s"].equals(b["arrival_s"]) and a["arrival_s"].iloc[-1] > 0
     assert (load_trace(p).df["arrival_s"] == 0).all()
+
+
+def test_hash_ids_that_cover_the_prompt_are_accepted(tmp_path: Path) -> None:
+    p = tmp_path / "h.csv"
+    p.write_text(NORM.strip() + ',hash_ids,tokens_per_hash\n0,32,1,"[7, 8]",16\n1,17,1,"[7, 9]",16\n')
+    tr = load_trace(p)
+    assert [list(h) for h in tr.df["hash_ids"]] == [[7, 8], [7, 9]]
+
+
+def test_jsonl_rows_may_leave_out_optional_keys(tmp_path: Path) -> None:
+    p = tmp_path / "o.jsonl"
+    p.write_text('{"arrival_s": 0, "prompt_tokens": 600, "output_tokens": 1, "priority": 2, "hash_ids": [1, 2],'
+                 ' "tokens_per_hash": 300}\n{"arrival_s": 1, "prompt_tokens": 11, "output_tokens": 1, "hash_ids": [3]}\n')
+    tr = load_trace(p)
+    assert list(tr.df["priority"]) == [2, 0] and list(tr.df["tokens_per_hash"]) == [300, 512]
+
+
+@pytest.mark.parametrize("header,missing,fmt", [
+    ("TIMESTAMP,ContextTokens", "GeneratedTokens", "azure"),
+    ("arrived_at,num_prefill_tokens", "num_decode_tokens", "vidur"),
+    ("Timestamp,Model,Request tokens,Total tokens,Log Type", "Response tokens", "burstgpt"),
+    ('{"timestamp": 1, "input_length": 5, "hash_ids": [1]}', "output_length", "mooncake"),
+])
+def test_detection_names_the_missing_column(tmp_path: Path, header: str, missing: str, fmt: str) -> None:
+    p = tmp_path / "t.txt"
+    p.write_text(header + "\n")
+    with pytest.raises(TraceError) as ei:
+        detect_format(p)
+    msg = str(ei.value)
+    assert msg.startswith(f"{p}:1: field '{missing}' missing (the header looks like the {fmt} format"), msg
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"", "empty file"),
+    (b"\n  \n", "empty file"),
+    (bytes(range(128, 256)) * 8, "not UTF-8 text (undecodable byte at offset 0)"),
+    (b"arrival_s\x00\x00", "binary content (a NUL byte at offset 9)"),
+    (b"\x1f\x8b\x08\x00rest", "a gzip-compressed file: decompress it first"),
+    (b"PK\x03\x04rest", "a zip-compressed file"),
+])
+def test_empty_binary_and_compressed_files_say_so(tmp_path: Path, content: bytes, needle: str) -> None:
+    p = tmp_path / "t.csv"
+    p.write_bytes(content)
+    for fmt in (None, "azure", "normalized"):  # detected or forced: the same message
+        with pytest.raises(TraceError) as ei:
+            load_trace(p, fmt=fmt)
+        assert str(ei.value) == f"{p}: {needle}" or str(ei.value).startswith(f"{p}: {needle}")
+        assert str(ei.value).isascii()
+
+
+def test_parquet_with_a_text_format_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "t.parquet"
+    pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [5], "output_tokens": [1]}).to_parquet(p)
+    with pytest.raises(TraceError, match="a Parquet file: --format azure reads text"):
+        load_trace(p, fmt="azure")
+
+
+def test_out_of_order_rows_are_sorted_and_noted(tmp_path: Path) -> None:
+    p = tmp_path / "u.csv"
+    p.write_text(NORM + "0,5,1\n3,6,1\n1,7,1\n2,8,1\n4,9,1\n")
+    tr = load_trace(p)
+    assert list(tr.df["prompt_tokens"]) == [5, 7, 8, 6, 9]
+    assert "re-sorted by arrival time: 2 of 5 rows arrive before a row above them (first at line 4)" in tr.notes
+    p.write_text(NORM + "0,5,1\n0,6,1\n1,7,1\n")  # ties are in order
+    assert not any("re-sorted" in n for n in load_trace(p).notes)

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import TraceError
+from workloads.detect import HEAD_BYTES, content_problem, header_columns, nearest_format
 from workloads.readers import azure, burstgpt, lengths, mooncake, normalized, vidur
 from workloads.readers.base import ReadContext, Reader, ReadOptions
 from workloads.rows import BadRows
@@ -27,8 +28,13 @@ FORMATS = (*READERS, "servegen")
 
 
 def _head(path: Path) -> tuple[bytes, str]:
+    """(first bytes, first line) of ``path``; TraceError if it cannot be a trace (empty, binary)."""
     with path.open("rb") as f:
-        raw = f.read(65536)
+        raw = f.read(HEAD_BYTES)
+    if not raw.startswith((normalized.PARQUET_MAGIC, XZ_MAGIC)):
+        problem = content_problem(raw)
+        if problem:
+            raise TraceError(str(path), None, None, problem)
     line = raw.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff").strip()
     return raw[:8], line
 
@@ -45,14 +51,20 @@ def detect_format(path: str | Path) -> str:
     for r in READERS.values():
         if r.sniff(head):
             return r.name
-    if head.startswith("{"):
-        raise TraceError(str(p), 1, None, "a JSON object of no known trace format; pass --format")
-    raise TraceError(str(p), 1, None, f"unrecognised trace format (header {head[:80]!r}); pass --format")
+    cols = header_columns(head)
+    near = nearest_format(cols, READERS.values())
+    if near is not None and near[1]:
+        reader, missing = near
+        raise TraceError(str(p), 1, missing[0], f"missing (the header looks like the {reader.name} format, "
+                         f"which needs {', '.join(reader.columns)}; pass --format to force one)")
+    kind = "a JSON object" if head.startswith("{") else "a header"
+    raise TraceError(str(p), 1, None, f"unrecognised trace format ({kind} with {', '.join(cols[:8]) or 'no names'}); "
+                     f"pass --format, one of {', '.join(FORMATS)}")
 
 
 def _exists(p: Path) -> None:
     if not p.is_file():
-        raise TraceError(str(p), None, None, "no such file")
+        raise TraceError(str(p), None, None, "is a directory, not a trace file" if p.is_dir() else "no such file")
 
 
 def _reader(p: Path, fmt: str | None) -> Reader:
@@ -60,6 +72,20 @@ def _reader(p: Path, fmt: str | None) -> Reader:
     if fmt not in READERS:
         raise TraceError(str(p), None, None, f"unknown --format {fmt!r} (one of {', '.join(FORMATS)})")
     return READERS[fmt]
+
+
+def out_of_order_note(df: pd.DataFrame) -> str | None:
+    """Say so when rows are not in arrival order (:func:`validate` sorts them), else None."""
+    t = pd.to_numeric(df["arrival_s"], errors="coerce").to_numpy(dtype="float64")
+    if len(t) < 2:
+        return None
+    late = t[1:] < np.fmax.accumulate(t)[:-1]  # arrives before a row above it
+    if not late.any():
+        return None
+    i = int(np.flatnonzero(late)[0]) + 1
+    where = f"line {int(df['source_line'].iloc[i])}" if "source_line" in df.columns else f"row {i + 1}"
+    return (f"re-sorted by arrival time: {int(late.sum()):,} of {len(t):,} rows arrive before a row "
+            f"above them (first at {where})")
 
 
 def read_chunks(path: str | Path, fmt: str | None = None, skip_bad: bool = False,
@@ -71,7 +97,11 @@ def read_chunks(path: str | Path, fmt: str | None = None, skip_bad: bool = False
     """
     p = Path(path)
     _exists(p)
+    magic, _ = _head(p)  # empty or binary content: say so before a reader trips over it
     reader = _reader(p, fmt)
+    if magic.startswith(normalized.PARQUET_MAGIC) and reader is not normalized.READER:
+        raise TraceError(str(p), None, None, f"a Parquet file: --format {reader.name} reads text; "
+                         "Parquet traces are --format normalized")
     ctx = ReadContext(p, BadRows(str(p), skip_bad), opts or ReadOptions())
     return reader, ctx, reader.read(ctx)
 
@@ -97,8 +127,9 @@ def load_trace(path: str | Path, fmt: str | None = None, skip_bad: bool = False,
     df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     if reader.rebase:
         df["arrival_s"] = df["arrival_s"] - float(np.min(df["arrival_s"].to_numpy()))
+    order_note = out_of_order_note(df)
     df = validate(df, str(p))
-    notes = tuple(ctx.notes)
+    notes = tuple(ctx.notes) + ((order_note,) if order_note else ())
     if ctx.bad.count:
         notes += (f"skipped {ctx.bad.count} bad rows",)
     return Trace(df=df, path=str(p), format=reader.name, num_bad_rows=ctx.bad.count,

@@ -74,7 +74,9 @@ def check_columns(raw: pd.DataFrame, cols: Sequence[Col], lines: np.ndarray, bad
         c = cols[int(first_bad[i])]
         val = raw[c.src].iloc[i]
         num = out[c.out][i]
-        if np.isfinite(num) and (c.kind == "float" or num == np.floor(num)):
+        if val is None or (isinstance(val, float) and np.isnan(val)) or (isinstance(val, str) and not val.strip()):
+            msg = "empty"
+        elif np.isfinite(num) and (c.kind == "float" or num == np.floor(num)):
             msg = f"must be >= {c.minimum:g}, got {val!r}"
         else:
             msg = f"not a {'number' if c.kind == 'float' else 'whole number'}: {val!r}"
@@ -101,11 +103,16 @@ def iter_csv(path: Path, bad: BadRows, chunk_rows: int = CHUNK_ROWS,
     skipped: list[int] = []  # file lines pandas dropped, ascending
     row0 = 0  # rows yielded so far
     first_line = 2 if header else 1
-    reader = pd.read_csv(
-        path, dtype=str, keep_default_na=False, skip_blank_lines=False, chunksize=chunk_rows,
-        on_bad_lines="warn" if bad.skip else "error", header=0 if header else None,
-        names=list(names) if names else None, skipinitialspace=True,
-    )
+    try:
+        reader = pd.read_csv(
+            path, dtype=str, keep_default_na=False, skip_blank_lines=False, chunksize=chunk_rows,
+            on_bad_lines="warn" if bad.skip else "error", header=0 if header else None,
+            names=list(names) if names else None, skipinitialspace=True,
+        )
+    except UnicodeDecodeError as e:
+        raise TraceError(str(path), None, None, f"not a text file ({e.reason})") from None
+    except pd.errors.EmptyDataError:
+        raise TraceError(str(path), None, None, "empty file (no header, no rows)") from None
     it = iter(reader)
     while True:
         with warnings.catch_warnings(record=True) as caught:

@@ -38,6 +38,7 @@ OPTIONAL_INT = ("tokens_per_hash", "priority", "n", "beam_width")
 OPTIONAL_LIST = ("hash_ids", "prompt_token_ids")
 COLUMNS = (*REQUIRED, "request_id", *OPTIONAL_LIST, *OPTIONAL_INT)
 OPTIONAL_DEFAULTS = {"priority": 0, "n": 1, "beam_width": 1}
+DEFAULT_TOKENS_PER_HASH = 512  # Mooncake's block; used when hash_ids come without tokens_per_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,7 @@ def validate(df: pd.DataFrame, path: str) -> pd.DataFrame:
             i = int(np.flatnonzero(mask.to_numpy())[0])
             raise TraceError(path, _line_of(df, i), col, f"{msg}, got {df[col].iloc[i]!r}")
     if "hash_ids" in df.columns and "tokens_per_hash" not in df.columns:
-        df["tokens_per_hash"] = np.int64(512)
+        df["tokens_per_hash"] = np.int64(DEFAULT_TOKENS_PER_HASH)
     if "prompt_token_ids" in df.columns:
         lens = df["prompt_token_ids"].map(lambda v: len(v) if isinstance(v, (list, tuple, np.ndarray)) else -1)
         bad = lens.to_numpy() != df["prompt_tokens"].to_numpy()

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from sim.budget import budget_for
 from sim.cli import options as o
+from sim.cli.notices import check_block_sizes
 from sim.kv.base import cdiv
 
 
@@ -18,15 +19,18 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def budget(
         as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-        request_tokens: Annotated[int | None, typer.Option("--request-tokens", help="Also show the blocks one request of this length holds.")] = None,
+        request_tokens: Annotated[int | None, typer.Option("--request-tokens", min=1, help="Also show the blocks one request of this length holds.")] = None,
         config: o.ConfigFile = None, model: o.Model = None, gpu: o.Gpu = None,
         tensor_parallel_size: o.TP = None, gpu_memory_utilization: o.GMU = None, block_size: o.BS = None,
         max_num_seqs: o.MNS = None, max_num_batched_tokens: o.MNBT = None, max_model_len: o.MML = None,
         num_gpu_blocks: o.NGB = None, kv_memory: o.KVM = None, preset: o.Preset = None,
+        kv_cache_memory_bytes: o.KVMB = None, kv_cache_dtype: o.KVCD = None,
+        disable_hybrid_kv_cache_manager: o.DHKV = None,
     ) -> None:
         """KV bytes per token and per block, the number of blocks, and vLLM's log lines."""
         flags = {k: v for k, v in locals().items() if k not in ("as_json", "request_tokens", "config")}
         cfg = o.build_config(config, **flags)
+        check_block_sizes([cfg.block_size])
         b = budget_for(cfg)
         d = b.as_dict()
         if request_tokens:
@@ -40,8 +44,10 @@ def register(app: typer.Typer) -> None:
         t.add_column("value", justify="right")
         gib = 2**30
         for k, v in [
-            ("bytes per token (per GPU)", f"{b.bytes_per_token:,} B"),
-            (f"bytes per block ({b.block_size} tokens)", f"{b.bytes_per_block:,} B ({b.bytes_per_block / 2**20:g} MiB)"),
+            (f"bytes per token (per GPU, KV dtype {b.kv_cache_dtype})", f"{b.bytes_per_token:,} B"),
+            (f"bytes per block ({b.block_size} tokens x {b.layers_per_block} layers)",
+             f"{b.bytes_per_block:,} B ({b.bytes_per_block / 2**20:g} MiB)"),
+            ("KV-cache groups / blocks per max_model_len request", f"{b.num_kv_cache_groups} / {b.blocks_per_request:,}"),
             ("requested (memory x utilization)", f"{b.requested_bytes / gib:.2f} GiB"),
             ("weights / activations / non-torch", f"{b.weight_bytes / gib:.2f} / {b.activation_bytes / gib:.2f} / {b.non_torch_bytes / gib:.2f} GiB"),
             ("KV memory", f"{b.available_kv_bytes / gib:.2f} GiB ({b.source})"),

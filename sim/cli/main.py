@@ -4,21 +4,36 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Annotated
 
 import typer
 
-from sim.errors import KvsimError
+from sim import __version__
+from sim.cli.group import KvsimGroup
 
+# rich_markup_mode=None: plain click help, which wraps instead of cutting long flag names at 80
+# columns and shows `KEY: [values]` literally. KvsimGroup prints user errors as one line.
 app = typer.Typer(
     name="kvsim",
     help="KV-cache memory simulator and GPU capacity planner for LLM serving.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    cls=KvsimGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
+
+def _version(show: bool) -> None:
+    if show:
+        typer.echo(f"kvsim {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the kvsim version and exit.")] = False) -> None:
     """KV-cache memory simulator and GPU capacity planner for LLM serving."""
 
 
@@ -26,13 +41,13 @@ def _root() -> None:
 # `app` (a command group named by GROUPS[module]).
 COMMAND_MODULES = ("sim.cli.simulate", "sim.cli.budget", "sim.cli.sweep", "sim.cli.plot",
                    "sim.cli.report", "sim.cli.plan")
-GROUPS = {"sim.cli.trace": "trace", "sim.cli.calibrate": "calibrate"}
+GROUPS = {"sim.cli.trace": "trace", "sim.cli.calibrate": "calibrate", "sim.cli.cost": "cost"}
 
 
 # command name -> module, so `kvsim trace info` does not import matplotlib, scipy or Ray
 COMMANDS = {"simulate": "sim.cli.simulate", "budget": "sim.cli.budget", "sweep": "sim.cli.sweep",
             "plot": "sim.cli.plot", "report": "sim.cli.report", "plan": "sim.cli.plan",
-            "trace": "sim.cli.trace", "calibrate": "sim.cli.calibrate"}
+            "trace": "sim.cli.trace", "calibrate": "sim.cli.calibrate", "cost": "sim.cli.cost"}
 _loaded: set[str] = set()
 
 
@@ -56,22 +71,7 @@ def _load(only: tuple[str, ...] | None = None) -> None:
 def main() -> None:
     first = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
     _load((COMMANDS[first],) if first in COMMANDS else None)
-    try:
-        app(standalone_mode=False)
-    except KvsimError as e:
-        typer.secho(f"error: {e}", err=True, fg="red")
-        sys.exit(2)
-    except typer.Abort:
-        sys.exit(130)
-    except Exception as e:  # click usage errors (typer may vendor its own click)
-        show = getattr(e, "show", None)
-        code = getattr(e, "exit_code", None)
-        if callable(show) and isinstance(code, int):
-            show()
-            sys.exit(code)
-        if type(e).__name__ == "Exit" and isinstance(code, int):
-            sys.exit(code)
-        raise
+    app()  # KvsimGroup.main: one-line errors, exit codes
 
 
 if __name__ == "__main__":

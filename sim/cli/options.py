@@ -16,29 +16,53 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from sim.config import SimConfig, load_config_yaml, make_config
+from sim.config_aliases import VLLM_ALIASES
 
 # flag -> typer Option. None defaults mean "unset": the config file or the preset decides.
 Model = Annotated[str | None, typer.Option("--model", help="Catalog name (llama-3.1-8b, ...) or a HF config.json path.")]
 Gpu = Annotated[str | None, typer.Option("--gpu", help="a100-40gb, a100-80gb, h100, h200, l40s, l4, b200, mi300x")]
-TP = Annotated[int | None, typer.Option("--tensor-parallel-size", "-tp", help="GPUs per replica (weights and KV heads are split).")]
-GMU = Annotated[float | None, typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (default 0.92).")]
-BS = Annotated[int | None, typer.Option("--block-size", help="Tokens per KV block (default 16).")]
-MNS = Annotated[int | None, typer.Option("--max-num-seqs")]
-MNBT = Annotated[int | None, typer.Option("--max-num-batched-tokens")]
-MML = Annotated[int | None, typer.Option("--max-model-len")]
-EPC = Annotated[bool | None, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching")]
+TP = Annotated[int | None, typer.Option("--tensor-parallel-size", "-tp", "--tp", help="GPUs per replica; weights and KV heads are split across them (default 1).")]
+GMU = Annotated[float | None, typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use, 0-1 (default 0.92; 0.90 under the vllm-v1-legacy and paper-v0 presets).")]
+BS = Annotated[int | None, typer.Option("--block-size", help="Tokens per KV block (default 16; vLLM accepts 1, 8, 16, 32, 64, 128, 256, others get a warning).")]
+_BY_GPU = "vLLM's default by GPU: {big} on GPUs of >= 70 GB other than A100, else {small}"
+MNS = Annotated[int | None, typer.Option("--max-num-seqs", help="Most requests running in one step ("
+                                         + _BY_GPU.format(big="1,024", small="256") + ").")]
+MNBT = Annotated[int | None, typer.Option("--max-num-batched-tokens", help="Tokens one step may process, prompt chunks "
+                                          "and decodes together (" + _BY_GPU.format(big="16,384", small="8,192")
+                                          + "; without chunked prefill at least --max-model-len).")]
+MML = Annotated[int | None, typer.Option("--max-model-len", help="Longest request in tokens, prompt + output (default: "
+                                         "the model's context length, e.g. 131,072 for llama-3.1-8b; more is refused).")]
+EPC = Annotated[bool | None, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching",
+                                          help="Reuse the KV blocks of shared prompt prefixes (default: on, off under --preset paper-v0).")]
 Alloc = Annotated[str | None, typer.Option("--allocator", help="paged | slab")]
 Res = Annotated[str | None, typer.Option("--reservation", help="slab reservation: max | pow2 | oracle")]
 Pre = Annotated[str | None, typer.Option("--preemption", help="recompute | swap")]
-Swap = Annotated[float | None, typer.Option("--swap-space", help="CPU swap space per GPU, GiB (default 4)")]
-Cost = Annotated[str | None, typer.Option("--cost-model", help="roofline | constant:SECONDS | calibrated")]
+Swap = Annotated[float | None, typer.Option("--swap-space", help="CPU swap space per GPU in GiB, for --preemption swap (default 4).")]
+Cost = Annotated[str | None, typer.Option("--cost-model", help="calibrated (default) | roofline | constant:SECONDS")]
 Calib = Annotated[str | None, typer.Option("--calibration", help="Path of a fitted calibration YAML.")]
-Seed = Annotated[int | None, typer.Option("--seed")]
-NGB = Annotated[int | None, typer.Option("--num-gpu-blocks", help="Override the block count (includes the null block).")]
+Stack = Annotated[str | None, typer.Option("--serving-stack", help="calibrated cost model: vllm (default) | lean | splitwise.")]
+Seed = Annotated[int | None, typer.Option("--seed", help="Seed of the run's random choices, e.g. paper-v0 beam re-forks (default 0).")]
+NGB = Annotated[int | None, typer.Option("--num-gpu-blocks", "--num-gpu-blocks-override", help="Override the block count (includes the null block).")]
 KVM = Annotated[str | None, typer.Option("--kv-memory", help="KV cache size with units, e.g. 50GB or 12GiB.")]
+KVMB = Annotated[str | None, typer.Option("--kv-cache-memory-bytes", help="vLLM's spelling of --kv-memory: bytes, 50g (10^9) or 50G (2^30).")]
+KVCD = Annotated[str | None, typer.Option("--kv-cache-dtype", help="auto | fp8 | fp8_e4m3 | fp8_e5m2 (auto = the model's dtype).")]
+KVOS = Annotated[float | None, typer.Option("--kv-offloading-size", help="CPU KV offload tier in GiB for the whole replica "
+                                            "(vLLM's native backend: filled blocks are copied to a CPU LRU, hits load back over PCIe).")]
+DHKV = Annotated[bool | None, typer.Option("--disable-hybrid-kv-cache-manager", help="Allocate sliding/chunked layers as full attention (vLLM).")]
 Preset = Annotated[str | None, typer.Option("--preset", help="vllm-0.33 | vllm-v1-legacy | paper-v0")]
 Policy = Annotated[str | None, typer.Option("--policy", help="fcfs | priority")]
 Victim = Annotated[str | None, typer.Option("--victim", help="Preemption victim: last (vLLM FCFS) | priority | fewest-tokens")]
+ECP = Annotated[bool | None, typer.Option("--enable-chunked-prefill/--no-enable-chunked-prefill", help="Split long prompts "
+                                          "over steps (default: on; off under --preset paper-v0, whose steps run prompts only). "
+                                          "Off in the V1 presets, whole prompts still share steps with decodes, as in vLLM.")]
+Async = Annotated[bool | None, typer.Option("--async-scheduling/--no-async-scheduling", help="Plan step k+1 while step k "
+                                            "runs, as vLLM 0.33 does on GPU (default: on; off under vllm-v1-legacy and paper-v0).")]
+NST = Annotated[int | None, typer.Option("--num-speculative-tokens", help="Speculative decoding: draft tokens per step "
+                                         "(default 0 = off; needs --no-async-scheduling).")]
+SpecM = Annotated[str | None, typer.Option("--speculative-method", help="ngram | eagle | eagle3 | mtp (default eagle): "
+                                           "eagle/eagle3/mtp reserve K lookahead slots and a draft layer of KV, ngram neither.")]
+SpecA = Annotated[float | None, typer.Option("--spec-acceptance-rate", help="Probability that a draft token is accepted "
+                                             "(kvsim's knob, default 0.7; drawn from --seed).")]
 Exact = Annotated[bool | None, typer.Option("--exact-steps/--fast-forward", help="Step one at a time (slower; identical results).")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="YAML file with the same keys as the flags.")]
 
@@ -49,8 +73,11 @@ SIMULATE_FLAGS: dict[str, Any] = {
     "gpu_memory_utilization": GMU, "block_size": BS, "max_num_seqs": MNS,
     "max_num_batched_tokens": MNBT, "max_model_len": MML, "enable_prefix_caching": EPC,
     "allocator": Alloc, "reservation": Res, "preemption": Pre, "swap_space": Swap,
-    "cost_model": Cost, "calibration": Calib, "seed": Seed, "num_gpu_blocks": NGB,
-    "kv_memory": KVM, "preset": Preset, "policy": Policy, "victim": Victim, "exact_steps": Exact,
+    "cost_model": Cost, "calibration": Calib, "serving_stack": Stack, "seed": Seed, "num_gpu_blocks": NGB,
+    "kv_memory": KVM, "kv_cache_memory_bytes": KVMB, "kv_cache_dtype": KVCD,
+    "disable_hybrid_kv_cache_manager": DHKV, "kv_offloading_size": KVOS, "preset": Preset, "policy": Policy, "victim": Victim,
+    "chunked_prefill": ECP, "async_scheduling": Async, "num_speculative_tokens": NST, "speculative_method": SpecM,
+    "spec_acceptance_rate": SpecA, "exact_steps": Exact,
 }
 R = TypeVar("R")
 
@@ -80,7 +107,9 @@ def simulate_flags(fn: Callable[..., R]) -> Callable[..., R]:
 def build_config(config: Path | None, **flags: Any) -> SimConfig:
     """Merge a YAML config (if given) with flags set on the command line (flags win)."""
     base = load_config_yaml(config) if config else {}
-    for k, v in flags.items():
-        if v is not None:
-            base[k] = v
+    given = {k: v for k, v in flags.items() if v is not None}
+    for k in given:  # a flag wins over the file's value, whichever spelling (kvsim's or vLLM's) each uses
+        for same in {VLLM_ALIASES.get(k, k), *(a for a, n in VLLM_ALIASES.items() if k in (a, n))}:
+            base.pop(same, None)
+    base.update(given)
     return make_config(str(config) if config else "flags", **base)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -18,13 +19,29 @@ from rich.table import Table
 from sim.cli import options as o
 from sim.errors import ConfigError
 from sim.fleet.candidate import KNOBS, grid
+from sim.fleet.explain import INFEASIBLE, tp_refusal
 from sim.fleet.planner import Plan, PlanSpec, run_plan
 from sim.fleet.prices import load_prices
 from sim.fleet.router import POLICIES
 from sim.fleet.slo import QUANTILES, Slo, SloTarget
 from sim.specs import resolve_gpu, resolve_model
 
-Secs = Annotated[float | None, typer.Option(min=None)]
+_TTFT, _TPOT, _E2E = "time to first token", "time per output token after the first", "end-to-end latency"
+
+
+def _slo_help(q: str, what: str) -> str:
+    return f"SLO: the {q} {what} must be <= this many seconds (unset: no target)."
+
+
+SloTtftP50 = Annotated[float | None, typer.Option("--slo-ttft-p50", help=_slo_help("p50", _TTFT))]
+SloTtftP90 = Annotated[float | None, typer.Option("--slo-ttft-p90", help=_slo_help("p90", _TTFT))]
+SloTtftP99 = Annotated[float | None, typer.Option("--slo-ttft-p99", help=_slo_help("p99", _TTFT))]
+SloTpotP50 = Annotated[float | None, typer.Option("--slo-tpot-p50", help=_slo_help("p50", _TPOT))]
+SloTpotP90 = Annotated[float | None, typer.Option("--slo-tpot-p90", help=_slo_help("p90", _TPOT))]
+SloTpotP99 = Annotated[float | None, typer.Option("--slo-tpot-p99", help=_slo_help("p99", _TPOT))]
+SloE2eP50 = Annotated[float | None, typer.Option("--slo-e2e-p50", help=_slo_help("p50", _E2E))]
+SloE2eP90 = Annotated[float | None, typer.Option("--slo-e2e-p90", help=_slo_help("p90", _E2E))]
+SloE2eP99 = Annotated[float | None, typer.Option("--slo-e2e-p99", help=_slo_help("p99", _E2E))]
 
 
 def _list(text: str | None, kind: type, flag: str) -> list[Any]:
@@ -54,7 +71,7 @@ def build_slo(values: dict[str, float | None], attainment: float | None) -> Slo:
 def rich_table(plan: Plan) -> Table:
     d = plan.demand
     t = Table(title=f"kvsim plan | peak {d.peak_qps:.1f} QPS (mean {d.mean_qps:.1f}) | {plan.spec.slo.describe()}")
-    for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("replicas (GPUs)", "right"), ("SLO", "center"),
+    for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("replicas (GPUs) [band edge]", "right"), ("SLO", "center"),
                  ("attain LCB", "right"), ("QPS/replica (95% CI)", "right"), ("headroom", "right"),
                  ("$/h", "right"), ("$/1M out", "right"), ("$/day", "right"), ("KV util", "right"),
                  ("preempt/1k", "right"), ("binding", "left")):
@@ -64,7 +81,9 @@ def rich_table(plan: Plan) -> Table:
         price_flag = "*" if r["price_unverified"] else ""
         knobs = "" if r["knobs"] == "defaults" else f" [{r['knobs']}]"
         t.add_row(
-            str(int(i) + 1), f"{r['gpu']}{knobs}", str(r["tp"]), f"{r['replicas']} ({r['gpus']})",  # type: ignore[call-overload]
+            str(int(i) + 1), f"{r['gpu']}{knobs}", str(r["tp"]),  # type: ignore[call-overload]
+            "infeasible" if INFEASIBLE in str(r["note"]) else f"{r['replicas']} ({r['gpus']})"
+            + (f" [{r['replicas_pessimistic']}]" if r.get("replicas_pessimistic", pd.NA) is not pd.NA else ""),
             ("yes" if r["validated"] else "yes (math)") if ok else "no",
             f"{100 * r['attainment_lower']:.2f}%" if r["attainment_lower"] == r["attainment_lower"] else "-",
             f"{r['max_qps_per_replica']:.1f} ({r['qps_ci_low']:.1f}–{r['qps_ci_high']:.1f})",
@@ -110,10 +129,11 @@ def register(app: typer.Typer) -> None:
         trace: Annotated[Path, typer.Argument(help="Trace file (any format kvsim reads).")],
         model: Annotated[str, typer.Option("--model", help="Catalog name or HF config.json.")] = "llama-3.1-8b",
         gpu: Annotated[str, typer.Option("--gpu", help="Comma-separated catalog GPUs, e.g. h100,a100-80gb,l40s.")] = "h100",
-        tp: Annotated[str, typer.Option("--tp", help="Comma-separated tensor-parallel degrees, e.g. 1,2.")] = "1",
-        slo_ttft_p50: Secs = None, slo_ttft_p90: Secs = None, slo_ttft_p99: Secs = None,
-        slo_tpot_p50: Secs = None, slo_tpot_p90: Secs = None, slo_tpot_p99: Secs = None,
-        slo_e2e_p50: Secs = None, slo_e2e_p90: Secs = None, slo_e2e_p99: Secs = None,
+        tp: Annotated[str, typer.Option("--tp", "--tensor-parallel-size", "-tp",
+                                        help="Comma-separated tensor-parallel degrees, e.g. 1,2.")] = "1",
+        slo_ttft_p50: SloTtftP50 = None, slo_ttft_p90: SloTtftP90 = None, slo_ttft_p99: SloTtftP99 = None,
+        slo_tpot_p50: SloTpotP50 = None, slo_tpot_p90: SloTpotP90 = None, slo_tpot_p99: SloTpotP99 = None,
+        slo_e2e_p50: SloE2eP50 = None, slo_e2e_p90: SloE2eP90 = None, slo_e2e_p99: SloE2eP99 = None,
         attainment: Annotated[float | None, typer.Option(help="Joint share of requests meeting every SLO, e.g. 0.99.")] = None,
         backend: Annotated[str, typer.Option(help="local (process pool) | ray")] = "local",
         address: Annotated[str | None, typer.Option(help="Ray cluster address (with --backend ray).")] = None,
@@ -126,20 +146,22 @@ def register(app: typer.Typer) -> None:
         headroom: Annotated[float, typer.Option(help="Extra capacity over peak, e.g. 0.2.")] = 0.0,
         router: Annotated[str, typer.Option(help="round-robin | least-outstanding-tokens | prefix-affinity")] = "least-outstanding-tokens",
         seeds: Annotated[int, typer.Option(help="Replications (trace windows) per candidate.")] = 3,
-        seed: Annotated[int, typer.Option(help="Base seed.")] = 0,
+        seed: Annotated[int, typer.Option(min=0, help="Base seed.")] = 0,
         window: Annotated[int, typer.Option(help="Requests per capacity-search window.")] = 2000,
         search_iters: Annotated[int, typer.Option(help="Bisection steps after bracketing.")] = 3,
         peak_window: Annotated[float, typer.Option(help="Seconds over which peak demand is averaged.")] = 300.0,
         bucket: Annotated[float, typer.Option(help="Autoscaler decision interval, seconds.")] = 60.0,
         cold_start: Annotated[float, typer.Option(help="Seconds before a new replica serves.")] = 120.0,
         validate: Annotated[bool, typer.Option("--validate/--no-validate", help="Routed replay of the full trace.")] = True,
+        band: Annotated[bool, typer.Option("--band/--no-band", help="Also size each GPU x TP at the pessimistic edge "
+                                           "of the cost model's step-time error band (recommended).")] = True,
         gpu_memory_utilization: Annotated[str | None, typer.Option(help="Knob values to search, e.g. 0.9,0.95.")] = None,
         block_size: Annotated[str | None, typer.Option(help="Knob values, e.g. 16,32.")] = None,
         max_num_seqs: Annotated[str | None, typer.Option(help="Knob values, e.g. 128,256.")] = None,
         max_num_batched_tokens: Annotated[str | None, typer.Option(help="Knob values, e.g. 2048,8192.")] = None,
         allocator: Annotated[str | None, typer.Option(help="Knob values: paged,slab.")] = None,
         preemption: Annotated[str | None, typer.Option(help="Knob values: recompute,swap.")] = None,
-        cost_model: o.Cost = None, calibration: o.Calib = None, preset: o.Preset = None,
+        cost_model: o.Cost = None, calibration: o.Calib = None, serving_stack: o.Stack = None, preset: o.Preset = None,
         max_model_len: o.MML = None, enable_prefix_caching: o.EPC = None,
         format: Annotated[str | None, typer.Option("--format", help="Trace format override.")] = None,
         out: Annotated[Path | None, typer.Option(help="Bundle directory (default reports/plan-<id>/).")] = None,
@@ -155,10 +177,14 @@ def register(app: typer.Typer) -> None:
         if any(t < 1 for t in tps):
             raise ConfigError(f"--tp {tp!r}: degrees must be >= 1")
         resolve_model(model)
+        for t in tps:
+            if why := tp_refusal(model, t):
+                raise ConfigError(why)  # as simulate refuses it, before any candidate runs
         kinds = {"gpu_memory_utilization": float, "block_size": int, "max_num_seqs": int,
                  "max_num_batched_tokens": int, "allocator": str, "preemption": str}
         knobs = {k: _list(args[k], kinds[k], "--" + k.replace("_", "-")) for k in KNOBS if args[k]}
-        base = {k: v for k, v in dict(model=model, cost_model=cost_model, calibration=calibration, preset=preset,
+        base = {k: v for k, v in dict(model=model, cost_model=cost_model, calibration=calibration,
+                                      serving_stack=serving_stack, preset=preset,
                                       max_model_len=max_model_len, enable_prefix_caching=enable_prefix_caching).items()
                 if v is not None}
         cands = grid([g.lower() for g in gpus], tps, knobs)
@@ -188,7 +214,7 @@ def register(app: typer.Typer) -> None:
                     tasks[stage] = prog.add_task(stage, total=total)
                 prog.update(tasks[stage], completed=done)
 
-            result = run_plan(tr.df, spec, progress)
+            result = run_plan(tr.df, spec, progress, band=band)
         wall = time.perf_counter() - t0
         inputs["demand"] = {k: round(v, 4) for k, v in vars_of(result.demand).items()}
         inputs["wall_s"] = round(wall, 1)
@@ -197,6 +223,9 @@ def register(app: typer.Typer) -> None:
             command += ["--out", str(out_dir)]
         paths = write_bundle(result, out_dir, inputs, command)
         Console(width=200).print(rich_table(result))
+        for i, r in result.table.iterrows():
+            if INFEASIBLE in str(r["note"]):
+                console.print(f"#{int(i) + 1} {r['gpu']} tp{r['tp']}: {r['note']}", highlight=False)  # type: ignore[call-overload]
         console.print(f"planned {len(cands)} candidates in {wall:.1f} s ({backend}, {workers} workers); "
                       f"wrote {out_dir}/ ({', '.join(p.name for p in paths.values())})")
 
@@ -213,7 +242,7 @@ def _inputs(args: dict[str, Any], spec: PlanSpec, tr: Any, file_hash: str, vers:
     from sim.cost import build_cost_model
     cfg = make_config("plan", **dict(spec.base, gpu=spec.gpus[0]))
     cost_name = build_cost_model(cfg.cost_model, resolve_model(cfg.model), resolve_gpu(spec.gpus[0]), 1,
-                                 Path(cfg.calibration) if cfg.calibration else None).name
+                                 Path(cfg.calibration) if cfg.calibration else None, cfg.serving_stack).name
     return {
         "model": cfg.model, "trace": {"path": tr.path, "format": tr.format, "rows": tr.num_requests,
                                       "sha256": file_hash, "content_hash": tr.content_hash},

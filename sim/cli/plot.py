@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +16,6 @@ from sim.plots import (
     blocksize_tradeoff,
     breakdown_bars,
     latency_cdfs,
-    load_run,
     memory_map,
     memory_over_time,
     parse_slo,
@@ -25,8 +23,10 @@ from sim.plots import (
     save,
     sweep_heatmaps,
 )
-from sim.plots.common import common_info
+from sim.plots.common import RunInfo, common_info
+from sim.plots.files import read_run, read_sweep
 from sim.plots.heatmap import sweep_info
+from sim.plots.labels import distinct_labels
 from workloads import Trace, load_trace
 
 app = typer.Typer(help="Figures (PNG + SVG): memory, breakdown, heatmap, cdf, memmap, blocksize.",
@@ -52,7 +52,7 @@ def _trace(path: Path | None, n: int | None) -> Trace:
 def memory(run: Annotated[Path, typer.Argument(help="A `kvsim simulate --out` directory.")],
            out: Out = Path("plots")) -> None:
     """KV pool over time: stacked categories, running/waiting counts and preemptions."""
-    info, steps, _ = load_run(run)
+    info, steps, _, _ = read_run(run)
     _echo(save(memory_over_time(steps, info), out / "memory_over_time"))
 
 
@@ -61,23 +61,21 @@ def breakdown(runs: Annotated[list[Path] | None, typer.Argument(help="Run direct
               sweep: Annotated[Path | None, typer.Option("--sweep", help="A sweep.parquet instead of runs.")] = None,
               out: Out = Path("plots")) -> None:
     """Fig. 2-style stacked bars of time-averaged categories, one per run or sweep point."""
+    if sweep is not None and runs:
+        raise ConfigError("breakdown: give run directories or --sweep FILE, not both")
     if sweep is not None:
-        df = pd.read_parquet(sweep)
+        df = read_sweep(sweep)
         df = df[df["status"] == "ok"]
-        keys = [c for c in df.columns[1:df.columns.get_loc("model")] if c != "trace" and df[c].nunique() > 1]
-        entries = [(", ".join(f"{k}={r[k]}" for k in keys) or r["key"],
-                    {c.removeprefix("mem_"): r[c] for c in df.columns if c.startswith("mem_")})
-                   for _, r in df.iterrows()]
+        labels = sweep_labels(df)
+        entries = [(lab, {c.removeprefix("mem_"): r[c] for c in df.columns if c.startswith("mem_")})
+                   for lab, (_, r) in zip(labels, df.iterrows(), strict=True)]
         info = sweep_info(df)
     else:
         if not runs:
             raise ConfigError("breakdown: give run directories or --sweep FILE")
-        entries, infos = [], []
-        for r in runs:
-            s = json.loads((r / "summary.json").read_text())
-            i, _, _ = load_run(r)
-            infos.append(i)
-            entries.append((i.label, s["memory"]))
+        loaded = [read_run(r) for r in runs]
+        infos = _labelled(runs, [i for i, _, _, _ in loaded])
+        entries = [(i.label, s["memory"]) for i, (_, _, _, s) in zip(infos, loaded, strict=True)]
         info = common_info(infos)
     _echo(save(breakdown_bars(entries, info), out / "breakdown"))
 
@@ -89,15 +87,32 @@ def heatmap(sweep: Annotated[Path, typer.Argument(help="sweep.parquet")],
             slo: Annotated[list[str] | None, typer.Option("--slo", help="e.g. ttft_p99_s<=0.5 (repeatable)")] = None,
             out: Out = Path("plots")) -> None:
     """Heatmaps of throughput, p99 TTFT/TPOT, preemptions per 1k, token-state share."""
-    fig = sweep_heatmaps(pd.read_parquet(sweep), x, y, slo=parse_slo(slo or []))
+    fig = sweep_heatmaps(read_sweep(sweep), x, y, slo=parse_slo(slo or []))
     _echo(save(fig, out / f"heatmap_{x}_x_{y}"))
 
 
 @app.command("cdf")
 def cdf(runs: Runs, out: Out = Path("plots")) -> None:
     """Latency CDFs (TTFT, TPOT, E2E) comparing runs."""
-    loaded = [load_run(r) for r in runs]
-    _echo(save(latency_cdfs([(i, req) for i, _, req in loaded]), out / "latency_cdf"))
+    loaded = [read_run(r) for r in runs]
+    infos = _labelled(runs, [i for i, _, _, _ in loaded])
+    _echo(save(latency_cdfs([(i, req) for i, (_, _, req, _) in zip(infos, loaded, strict=True)]),
+               out / "latency_cdf"))
+
+
+def _labelled(runs: list[Path], infos: list[RunInfo]) -> list[RunInfo]:
+    """Infos whose legend labels differ (trace, then run name, added where needed)."""
+    labels = distinct_labels([i.label for i in infos], [i.trace for i in infos], [r.name for r in runs],
+                             [str(r) for r in runs])
+    return [dataclasses.replace(i, label=lab) for i, lab in zip(infos, labels, strict=True)]
+
+
+def sweep_labels(df: pd.DataFrame) -> list[str]:
+    """One label per sweep row from the grid keys that vary (the trace by file name)."""
+    keys = [c for c in df.columns[1:df.columns.get_loc("model")] if df[c].nunique() > 1]
+    show = {"trace": lambda v: Path(str(v)).name}
+    labels = [", ".join(f"{k}={show.get(k, str)(r[k])}" for k in keys) or str(r["key"]) for _, r in df.iterrows()]
+    return labels if len(set(labels)) == len(labels) else [f"{lab} [{k}]" for lab, k in zip(labels, df["key"], strict=True)]
 
 
 def _small_cfg(flags: dict[str, Any], config: Path | None, pool_slots: int | None) -> dict[str, Any]:
@@ -114,10 +129,10 @@ def _small_cfg(flags: dict[str, Any], config: Path | None, pool_slots: int | Non
 @app.command("memmap")
 def memmap(
     trace: TraceArg = None, out: Out = Path("plots"),
-    requests: Annotated[int, typer.Option("--requests", help="Replay the first N requests.")] = 40,
-    pool_slots: Annotated[int, typer.Option("--pool-slots", help="KV pool size in token slots (unless --kv-memory); max_model_len defaults to half of it.")] = 4096,
-    at: Annotated[float | None, typer.Option("--at", help="Time (s) of the block-table view (default: busiest step).")] = None,
-    request: Annotated[list[int] | None, typer.Option("--request", help="Request index to show (repeatable).")] = None,
+    requests: Annotated[int, typer.Option("--requests", min=1, help="Replay the first N requests.")] = 40,
+    pool_slots: Annotated[int, typer.Option("--pool-slots", min=1, help="KV pool size in token slots (unless --kv-memory); max_model_len defaults to half of it.")] = 4096,
+    at: Annotated[float | None, typer.Option("--at", min=0, help="Time (s) of the block-table view (default: busiest step).")] = None,
+    request: Annotated[list[int] | None, typer.Option("--request", min=0, help="Request index to show (repeatable).")] = None,
     config: o.ConfigFile = None, model: o.Model = None, gpu: o.Gpu = None, block_size: o.BS = None,
     reservation: o.Res = None, cost_model: o.Cost = None, kv_memory: o.KVM = None,
     max_model_len: o.MML = None, enable_prefix_caching: o.EPC = None, preset: o.Preset = None,
@@ -127,6 +142,9 @@ def memmap(
                                                              "at", "request", "config")}
     base = _small_cfg(flags, config, pool_slots)
     tr = _trace(trace, requests)
+    for i in request or ():
+        if i >= tr.num_requests:
+            raise ConfigError(f"--request {i}: the replay has requests 0..{tr.num_requests - 1}")
     paged = record_layout(o.build_config(None, **{**base, "allocator": "paged"}), tr)
     slab = record_layout(o.build_config(None, **{**base, "allocator": "slab"}), tr)
     paths = save(memory_map([paged, slab]), out / "memory_map")
@@ -140,8 +158,8 @@ def memmap(
 @app.command("blocksize")
 def blocksize(
     trace: TraceArg = None, out: Out = Path("plots"),
-    block_sizes: Annotated[str, typer.Option("--block-sizes")] = "1,2,4,8,16,32,64,128,256",
-    requests: Annotated[int | None, typer.Option("--requests", help="Use the first N requests.")] = None,
+    block_sizes: Annotated[str, typer.Option("--block-sizes", help="Comma-separated block sizes to compare, tokens.")] = "1,2,4,8,16,32,64,128,256",
+    requests: Annotated[int | None, typer.Option("--requests", min=1, help="Use the first N requests (default: all).")] = None,
     config: o.ConfigFile = None, model: o.Model = None, gpu: o.Gpu = None,
     cost_model: o.Cost = None, kv_memory: o.KVM = None, preset: o.Preset = None,
 ) -> None:
@@ -152,6 +170,8 @@ def blocksize(
         sizes = [int(b) for b in block_sizes.split(",")]
     except ValueError:
         raise ConfigError(f"--block-sizes {block_sizes!r}: expected integers, e.g. 8,16,32") from None
+    if any(b < 1 for b in sizes):
+        raise ConfigError(f"--block-sizes {block_sizes!r}: every size must be >= 1")
     fig, tab = blocksize_tradeoff(cfg, _trace(trace, requests), sizes)
     out.mkdir(parents=True, exist_ok=True)
     tab.to_csv(out / "blocksize_tradeoff.csv", index=False)

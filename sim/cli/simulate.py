@@ -9,10 +9,13 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from sim import fmt
 from sim.cli import options as o
+from sim.cli.notices import check_block_sizes
 from sim.config import SimConfig
 from sim.run import SimResult
 from sim.run import simulate as run_simulation
@@ -38,20 +41,30 @@ def summary_table(res: SimResult) -> Table:
         ("allocator", alloc),
         ("KV blocks (incl. null)", f"{s.num_gpu_blocks:,}"),
         ("requests finished / rejected", f"{s.num_finished:,} / {s.num_rejected:,}"),
-        ("simulated time", f"{s.simulated_s:.1f} s"),
-        ("throughput", f"{s.throughput.requests_per_s:.2f} req/s, {s.throughput.output_tokens_per_s:.0f} out tok/s"),
+        *(("trace note", escape(note)) for note in s.trace.notes),
+        ("simulated time", fmt.duration(s.simulated_s)),
+        ("throughput", f"{fmt.num(s.throughput.requests_per_s)} req/s, "
+                       f"{fmt.num(round(s.throughput.output_tokens_per_s))} out tok/s"),
+        ("load (offered vs served)", f"[bold red]{s.load.line()}[/]" if s.load.overloaded else s.load.line()),
     ]
     for k, p in (("TTFT", s.ttft_s), ("TPOT", s.tpot_s), ("E2E", s.e2e_s)):
         if p.p50 is not None and p.p90 is not None and p.p99 is not None:
-            rows.append((k + " p50/p90/p99", f"{p.p50 * 1e3:.1f} / {p.p90 * 1e3:.1f} / {p.p99 * 1e3:.1f} ms"))
+            rows.append((k + " p50/p90/p99", fmt.durations((p.p50, p.p90, p.p99))))
     m = s.memory
     rows.append(("KV pool: token states / reserved / internal / external / free",
                  " / ".join(f"{100 * m[k]:.1f}%" for k in ("token_state", "reserved", "internal_frag", "external_frag", "free"))))
-    rows.append(("preemptions", f"{s.preemptions:,} ({s.preemptions_per_1k:.1f} per 1k req)"))
+    rows.append(("preemptions", f"{s.preemptions:,} ({fmt.num(s.preemptions_per_1k)} per 1k req)"))
     rows.append(("prefix cache hit rate", f"{100 * s.prefix_cache.hit_rate:.1f}%"))
+    if s.kv_offload.cpu_blocks:  # --kv-offloading-size: the hit per tier
+        o = s.kv_offload
+        rows.append(("  of which GPU / CPU tier", f"{100 * o.gpu_hit_rate:.1f}% / {100 * o.cpu_hit_rate:.1f}% "
+                     f"({o.loaded_blocks:,} blocks loaded, {o.cpu_blocks:,} CPU blocks)"))
     rows.append(("steps (fast-forwarded)", f"{s.num_steps:,} ({s.fast_forward_steps:,})"))
+    lo, hi = s.cost_band
+    rows.append(("step-time basis (error band)", f"{s.cost_basis} ({100 * lo:+.0f}% / {100 * hi:+.0f}%)"
+                 if hi or lo else s.cost_basis))
     tm = s.timings
-    rows.append(("wall time load / simulate / write", f"{tm.load_s:.2f} / {tm.simulate_s:.2f} / {tm.write_s:.2f} s"))
+    rows.append(("wall time load / simulate / write", fmt.durations((tm.load_s, tm.simulate_s, tm.write_s))))
     for r in rows:
         t.add_row(*r)
     return t
@@ -70,6 +83,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Replay a trace through the KV allocator and scheduler; write requests/steps/summary."""
         console = Console(stderr=True)
+        if cfg.allocator == "paged":
+            check_block_sizes([cfg.block_size])
         t0 = time.perf_counter()
         tr = load_trace(trace or bundled_trace(), fmt=format, skip_bad=skip_bad)
         load_s = time.perf_counter() - t0

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -18,6 +19,7 @@ from rich.progress import (
 )
 
 from sim.cli import options as o
+from sim.cli.notices import check_block_sizes
 from sim.config import SimConfig
 from sim.errors import ConfigError
 from sim.sweep import expand, load_grid_yaml, parse_sets, run_sweep
@@ -28,8 +30,8 @@ Grid = Annotated[Path | None, typer.Option("--grid", help="YAML mapping KEY: [va
 Backend = Annotated[str, typer.Option("--backend", help="local (process pool) | ray")]
 Address = Annotated[str | None, typer.Option(
     "--address", help="Ray cluster address, e.g. 10.0.0.1:6379 (default: RAY_ADDRESS or a local Ray)")]
-Jobs = Annotated[int | None, typer.Option("--jobs", "-j", help="Parallel workers (default: CPU count).")]
-Retries = Annotated[int, typer.Option("--max-retries", help="Retries of a point whose worker died.")]
+Jobs = Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Parallel workers (default: CPU count).")]
+Retries = Annotated[int, typer.Option("--max-retries", min=0, help="Retries of a point whose worker died.")]
 RetryFailed = Annotated[bool, typer.Option("--retry-failed", help="Rerun points recorded as failed.")]
 
 
@@ -56,6 +58,7 @@ def register(app: typer.Typer) -> None:
         if trace is None and "trace" not in spec:
             from sim.cli.simulate import bundled_trace
             trace = bundled_trace()
+        check_block_sizes(spec.get("block_size", [cfg.block_size]))
         points = expand(spec, base, trace)
         console = Console(stderr=True)
         n_jobs = jobs or os.cpu_count() or 1
@@ -71,7 +74,11 @@ def register(app: typer.Typer) -> None:
                             max_retries=max_retries, retry_failed=retry_failed, progress=tick)
         console.print(f"{res.planned} points: ran {res.ran}, skipped {res.skipped} already done, "
                       f"{res.failed} failed -> {out / 'sweep.parquet'} ({len(res.table)} rows)")
-        if res.failed:
-            bad = res.table[res.table["status"] != "ok"]
+        keys = {p.key for p in points}
+        bad = res.table[res.table["key"].isin(keys) & (res.table["status"] != "ok")]
+        if len(bad):
             for _, r in bad.head(5).iterrows():
-                console.print(f"[red]failed[/red] {r['key']}: {r['error']}")
+                console.print(f"[red]failed[/red] {r['key']}: {escape(str(r['error']))}", highlight=False)
+            again = "" if res.failed == len(bad) else " (rerun with --retry-failed to try the earlier ones again)"
+            typer.secho(f"error: {len(bad)} of {res.planned} sweep points failed{again}", err=True, fg="red")
+            raise typer.Exit(1)

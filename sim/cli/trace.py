@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from sim import fmt
 from sim.errors import ConfigError
 from workloads.loader import FORMATS, detect_format, load_trace
 from workloads.readers.base import ReadOptions
@@ -22,11 +23,13 @@ SkipOpt = Annotated[bool, typer.Option("--skip-bad", help="drop malformed rows, 
 ModelOpt = Annotated[list[str] | None, typer.Option("--model", help="BurstGPT: keep this Model (repeatable)")]
 LogOpt = Annotated[list[str] | None, typer.Option("--log-type", help="BurstGPT: keep this Log Type (repeatable)")]
 RateOpt = Annotated[float | None, typer.Option("--rate", help="length-only tables: Poisson req/s (default: all at t=0)")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="seed for any random choice")]
+SeedOpt = Annotated[int, typer.Option("--seed", min=0, help="seed for any random choice")]
 TotalOpt = Annotated[float | None, typer.Option("--total-rate", help="ServeGen: aggregate req/s")]
 WinStartOpt = Annotated[float, typer.Option("--window-start", help="ServeGen: window start, s")]
 WinDurOpt = Annotated[float, typer.Option("--window-duration", help="ServeGen: window length, s")]
 ClientsOpt = Annotated[str | None, typer.Option("--clients", help="ServeGen: comma-separated client ids")]
+TraceIn = Annotated[Path, typer.Argument(help="Trace file: any format kvsim reads (see --format).")]
+TraceOut = Annotated[Path, typer.Argument(help="Output file: .parquet, .csv or .jsonl.")]
 
 
 def _opts(model: list[str] | None, log_type: list[str] | None, rate: float | None, seed: int,
@@ -46,24 +49,19 @@ def _opts(model: list[str] | None, log_type: list[str] | None, rate: float | Non
                        seed=seed, servegen=sg)
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    return f"{v:,.4g}" if isinstance(v, float) else str(v)
-
-
 def _print_human(s: dict[str, Any]) -> None:
+    """One number format throughout (:mod:`sim.fmt`): 3 significant digits, separators, no exponents."""
+    n = fmt.num
     typer.echo(f"{s['file']}  ({s['format']})")
-    typer.echo(f"  requests        {s['num_requests']:,}   span {_fmt(s['span_s'])} s   "
-               f"rate {_fmt(s['rate_per_s'])} req/s")
-    typer.echo(f"  burstiness      inter-arrival CV {_fmt(s['interarrival_cv'])}   peak {_fmt(s['peak_per_s'])}/s   "
-               f"per-minute {_fmt(s['minute_rate_min'])}..{_fmt(s['minute_rate_max'])} req/s")
+    typer.echo(f"  requests        {s['num_requests']:,} over {fmt.duration(s['span_s'])}, "
+               f"mean rate {n(s['rate_per_s'])} req/s")
+    typer.echo(f"  burstiness      inter-arrival CV {n(s['interarrival_cv'])}, peak {n(s['peak_per_s'])} req in one "
+               f"second, per-minute rate {n(s['minute_rate_min'])}..{n(s['minute_rate_max'])} req/s")
     for col in ("prompt_tokens", "output_tokens"):
         d = s[col]
-        typer.echo(f"  {col:<15} mean {_fmt(d['mean'])}  p50 {_fmt(d['p50'])}  p90 {_fmt(d['p90'])}  "
-                   f"p99 {_fmt(d['p99'])}  min {_fmt(d['min'])}  max {_fmt(d['max'])}")
+        typer.echo(f"  {col:<15} " + "  ".join(f"{q} {n(d[q])}" for q in ("mean", "p50", "p90", "p99", "min", "max")))
     if "prefix_reuse" in s:
-        typer.echo(f"  prefix reuse    {s['prefix_reuse']:.1%} of {s['block_refs']:,} block refs "
+        typer.echo(f"  prefix reuse    {fmt.percent(s['prefix_reuse'])} of {s['block_refs']:,} block refs "
                    f"({s['unique_blocks']:,} unique, {s.get('tokens_per_hash', '?')} tokens/block)")
     for note in s["notes"]:
         typer.echo(f"  note: {note}")
@@ -72,7 +70,8 @@ def _print_human(s: dict[str, Any]) -> None:
 
 
 @app.command()
-def info(file: Path, format: FmtOpt = None, json_out: Annotated[bool, typer.Option("--json")] = False,
+def info(file: TraceIn, format: FmtOpt = None,
+         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object (raw numbers, for scripts).")] = False,
          plot: Annotated[Path | None, typer.Option("--plot", help="write a PNG here")] = None,
          skip_bad: SkipOpt = False, model: ModelOpt = None, log_type: LogOpt = None,
          rate: RateOpt = None, seed: SeedOpt = 0, total_rate: TotalOpt = None,
@@ -103,7 +102,7 @@ def info(file: Path, format: FmtOpt = None, json_out: Annotated[bool, typer.Opti
 
 
 @app.command()
-def convert(file: Path, out: Path, format: FmtOpt = None, skip_bad: SkipOpt = False,
+def convert(file: TraceIn, out: Annotated[Path, typer.Argument(help="Output .parquet file.")], format: FmtOpt = None, skip_bad: SkipOpt = False,
             model: ModelOpt = None, log_type: LogOpt = None, rate: RateOpt = None, seed: SeedOpt = 0,
             total_rate: TotalOpt = None, window_start: WinStartOpt = 0.0,
             window_duration: WinDurOpt = 3600.0, clients: ClientsOpt = None) -> None:
@@ -122,13 +121,15 @@ def convert(file: Path, out: Path, format: FmtOpt = None, skip_bad: SkipOpt = Fa
     else:
         res = do_convert(file, out, format, skip_bad, opts)
         rows, bad, notes = res.rows, list(res.bad_rows), list(res.notes)
+        if res.resorted:
+            notes.append("note: re-sorted by arrival time (the input was not in arrival order)")
     typer.echo(f"wrote {rows:,} requests to {out} in {time.perf_counter() - t0:.2f} s")
     for line in (*notes, *bad[:20]):
         typer.echo(f"  {line}")
 
 
 @app.command()
-def gen(spec: Path, out: Path, seed: Annotated[int | None, typer.Option("--seed", help="overrides the spec's seed")] = None) -> None:
+def gen(spec: Annotated[Path, typer.Argument(help="YAML generator spec.")], out: TraceOut, seed: Annotated[int | None, typer.Option("--seed", min=0, help="overrides the spec's seed")] = None) -> None:
     """Generate a synthetic trace from a YAML spec (Parquet, CSV or JSONL by suffix)."""
     from workloads.gen import generate, load_spec
     from workloads.writer import output_kind, write_trace
@@ -142,7 +143,7 @@ def gen(spec: Path, out: Path, seed: Annotated[int | None, typer.Option("--seed"
 
 
 @app.command("slice")
-def slice_(file: Path, out: Path, start: Annotated[float, typer.Option("--start", help="window start, s")] = 0.0,
+def slice_(file: TraceIn, out: TraceOut, start: Annotated[float, typer.Option("--start", help="window start, s")] = 0.0,
            duration: Annotated[float | None, typer.Option("--duration", help="window length, s")] = None,
            rate_scale: Annotated[float, typer.Option("--rate-scale", help=">1 compresses time")] = 1.0,
            sample: Annotated[float, typer.Option("--sample", help="keep each request with this probability")] = 1.0,

@@ -3,10 +3,13 @@
 The engine describes each step as a :class:`StepBatch` (a handful of integers) and asks a
 :class:`StepCostModel` for its duration. Cost models are policies, one per file:
 
-- ``batch.py``       the seam: ``StepBatch`` and the ``StepCostModel`` protocol (no sim imports)
+- ``batch.py``       the seam: ``StepBatch``, the ``StepCostModel`` protocol and ``CostBasis``
+                     (fitted / extrapolated / uncalibrated, with the error band); no sim imports
 - ``constant.py``    ``constant:SECONDS`` (tests, step-exact comparisons)
 - ``roofline.py``    ``roofline``: analytic, **uncalibrated**
-- ``calibrated.py``  ``calibrated``: fitted on GPU measurements (``calibration/``)
+- ``calibrated.py``  ``calibrated`` (the default): operator fits (``sources.py``) plus a serving
+                     stack profile (``stack.py``), fitted on public measurements (``calibration/``)
+- ``predict.py``     one step's time for a described batch (``kvsim cost predict``)
 
 Build one with :func:`build_cost_model`. ``calibrated`` is imported only when asked for: it
 reads YAML files and pulls in ``calibration/``, which a simulation with another model never
@@ -17,20 +20,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.cost.batch import StepBatch, StepCostModel
+from sim.cost.batch import CostBasis, StepBatch, StepCostModel, basis_of
 from sim.cost.constant import ConstantCost
 from sim.cost.roofline import RooflineCost, allreduce_time, swap_time
 from sim.errors import ConfigError
 from sim.specs import GpuSpec, ModelSpec
 
-__all__ = ["ConstantCost", "RooflineCost", "StepBatch", "StepCostModel", "allreduce_time",
-           "build_cost_model", "swap_time"]
+__all__ = ["ConstantCost", "CostBasis", "RooflineCost", "StepBatch", "StepCostModel", "allreduce_time",
+           "basis_of", "build_cost_model", "swap_time"]
+
+DEFAULT_COST_MODEL = "calibrated"
 
 
 def build_cost_model(
-    spec: str, model: ModelSpec, gpu: GpuSpec, tp: int = 1, calibration: Path | None = None
+    spec: str, model: ModelSpec, gpu: GpuSpec, tp: int = 1, calibration: Path | None = None,
+    serving_stack: str = "vllm",
 ) -> StepCostModel:
-    """``constant:SECONDS`` | ``roofline`` | ``calibrated`` (needs calibration data)."""
+    """``constant:SECONDS`` | ``roofline`` | ``calibrated`` (``serving_stack`` applies to it only)."""
     kind, _, arg = spec.partition(":")
     if kind == "constant":
         try:
@@ -47,5 +53,5 @@ def build_cost_model(
             from sim.cost.calibrated import load_calibrated_cost
         except ImportError:
             raise ConfigError("--cost-model calibrated: calibration support is not installed") from None
-        return load_calibrated_cost(model, gpu, tp, calibration)
+        return load_calibrated_cost(model, gpu, tp, calibration, serving_stack)
     raise ConfigError(f"--cost-model {spec!r}: expected constant:SECONDS, roofline or calibrated")

@@ -8,6 +8,7 @@ fast-forward and every cost model can depend on it without depending on each oth
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
 
@@ -63,3 +64,27 @@ class StepCostModel(Protocol):
         ...
 
     def step_time(self, batch: StepBatch) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CostBasis:
+    """What a cost model's step times rest on, for one (model, GPU, TP).
+
+    Attributes:
+        basis: ``fitted`` (measurements exist for this GPU and TP), ``extrapolated`` (some term
+            scaled from another GPU or TP by datasheet ratios; ``detail`` says which and how),
+            ``uncalibrated`` (analytic) or ``exact`` (``constant:SECONDS``, by construction).
+        detail: one line naming each term's source.
+        band: (optimistic, pessimistic) step-time error as fractions, e.g. (-0.08, 0.12): the
+            10th / 90th percentile of measured / predicted - 1 on held-out rows.
+    """
+
+    basis: str
+    detail: str = ""
+    band: tuple[float, float] = (0.0, 0.0)
+
+
+def basis_of(cost: StepCostModel) -> CostBasis:
+    """The model's :class:`CostBasis` (models without one are ``uncalibrated``)."""
+    b = getattr(cost, "basis", None)
+    return b if isinstance(b, CostBasis) else CostBasis("uncalibrated", cost.name)

@@ -1,256 +1,266 @@
-"""``--cost-model calibrated``: step times from fitted coefficients (``calibration/``).
+"""``--cost-model calibrated`` (the default): GPU kernels from operator fits, plus a serving stack.
 
-Per step (kernel-and-calibration.md §6.2)::
+Per step (kernel-and-calibration.md §6.2, with the stack of :mod:`sim.cost.stack`)::
 
-    t = L (t_attn + t_gemm(QKV, O, up, down) + t_elementwise + t_kv_write)
-        + t_gemm(LM head, rows = sequences) + 2 L t_allreduce (TP > 1) + t_swap + t_cpu_step
+    t_gpu = L (t_attn + t_gemm(QKV, O, up, down) + t_elementwise + t_kv_write)
+            + t_gemm(LM head, rows = sequences) + 2 L t_allreduce(TP)
+    t     = max(eta[tp] t_gpu, L launch_s) + cpu_s[tp] + per_seq_s seqs
+            + [prefill] (prefill_s + prefill_n2_s prefill_tokens^2) + t_swap
 
-Each term comes from the best calibration file available for it, in this order: this GPU
-measured by our harness, this GPU from Vidur's published profiles, another GPU scaled by the
-datasheet bandwidth/compute ratios (labelled ``extrapolated``). A term no file covers falls back
-to the datasheet roofline for that term only, and the model's ``name`` says so.
+The up projection is 2 x ffn wide for a gated MLP (``ModelSpec.gated_mlp``), ffn otherwise.
+Each GPU term takes the best calibration file (:mod:`sim.cost.sources`); the model's ``basis``
+says whether everything was measured for this GPU and TP (``fitted``) or some term was scaled
+from another GPU or TP (``extrapolated``, with how), and carries the fit's error band.
+
+``step_time`` runs once per simulated step: every coefficient is folded with the model's
+shapes here, and the token-count-dependent dense part is memoised per token count.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from calibration.features import scale_coefficients
-from sim.cost.batch import StepBatch
+from sim.cost.batch import CostBasis, StepBatch
 from sim.cost.roofline import allreduce_time
+from sim.cost.sources import (
+    Source,
+    Term,
+    allreduce_term,
+    committed_calibrations,
+    copy_term,
+    pick,
+    read_calibration,
+    resolve,
+)
+from sim.cost.stack import ServingStack, resolve_stack
 from sim.errors import ConfigError
-from sim.specs import GpuSpec, ModelSpec, gpu_catalog
+from sim.specs import GpuSpec, ModelSpec
 
-SCHEMA = "kvsim-calibration/1"
-DATA_DIR = Path(__file__).resolve().parents[2] / "calibration" / "data"
 NO_DATA = ("no calibration data committed yet; run calibration/run_gpu.py on a GPU, "
            "or use --cost-model roofline")
-ETA_BW = 0.9  # roofline fallback (H200 measurement, specs.md)
+ETA_BW, ETA_C = 0.9, 0.8  # roofline fallback for a term no file covers (H200 measurement, specs.md)
+GEMM_KEYS = ("c0", "c_w", "c_act", "c_fl", "c_roof")
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
-    doc: dict[str, Any]
-    path: Path
-
-    @property
-    def gpu(self) -> str:
-        return str(self.doc.get("gpu", "?"))
-
-    @property
-    def label(self) -> str:
-        return str(self.doc.get("label", self.doc.get("source", self.path.name)))
-
-    @property
-    def measured(self) -> bool:
-        return self.doc.get("source") == "measured"
-
-
-def read_calibration(path: Path) -> Source:
-    """One calibration YAML (``yaml.safe_load`` only)."""
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"--calibration {path}: cannot read ({e})") from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise ConfigError(f"--calibration {path}: not a {SCHEMA} file")
-    return Source(doc, path)
-
-
-def committed_calibrations(data_dir: Path = DATA_DIR) -> list[Source]:
-    """Every committed GPU calibration (CPU test runs are never used as GPU data)."""
-    out = []
-    for p in sorted(data_dir.glob("**/*.yaml")) if data_dir.exists() else []:
-        s = read_calibration(p)
-        if s.doc.get("source") != "cpu":
-            out.append(s)
-    return out
-
-
-def _pick(sources: list[Source], term: str, gpu: GpuSpec) -> Source | None:
-    have = [s for s in sources if term in s.doc]
-    if not have:
-        return None
-    cat = gpu_catalog()
-
-    def rank(s: Source) -> tuple[int, float, int]:
-        other = cat.get(s.gpu)
-        dist = 0.0 if s.gpu == gpu.key else (
-            abs(math.log(other.bandwidth_tbps / gpu.bandwidth_tbps)) if other else 99.0)
-        return (0 if s.gpu == gpu.key else 1, dist, 0 if s.measured else 1)
-
-    return min(have, key=rank)
-
-
-@dataclass(frozen=True, slots=True)
-class Term:
-    coef: dict[str, float]
-    label: str
-
-
-def _resolve(src: Source | None, term: str, gpu: GpuSpec, sub: str | None = None) -> Term | None:
-    if src is None:
-        return None
-    block = src.doc[term] if sub is None else src.doc[term].get(sub)
-    if block is None:
-        return None
-    coef = {k: float(v) for k, v in block["coef"].items()}
-    if src.gpu == gpu.key or src.gpu not in gpu_catalog():
-        return Term(coef, src.label)
-    s = gpu_catalog()[src.gpu]
-    coef = scale_coefficients(coef, term, s.bandwidth_tbps / gpu.bandwidth_tbps, s.bf16_tflops / gpu.bf16_tflops)
-    return Term(coef, f"extrapolated from {src.label} by bandwidth/compute")
-
-
-@dataclass(frozen=True, slots=True)
 class CalibratedCost:
-    """A StepCostModel whose coefficients are already folded with the model's shapes."""
+    """A StepCostModel with every coefficient folded with the model's shapes."""
 
-    model: ModelSpec
-    gpu: GpuSpec
-    tp: int
-    attn_paged: Term
-    attn_slab: Term
-    gemm: Term | None
-    elementwise: Term | None
-    allreduce: Term | None
-    copy: dict[str, float] | None
-    labels: tuple[tuple[str, str], ...]
-    cpu_step_s: float = 2e-3  # scheduler + launch per step: configurable, not calibrated
+    __slots__ = (
+        "_attn",
+        "_basis",
+        "_cpu",
+        "_d2h",
+        "_dense",
+        "_eta",
+        "_floor",
+        "_fn",
+        "_fs",
+        "_gemms",
+        "_h2d",
+        "_idle",
+        "_lm",
+        "_per_seq",
+        "_pf",
+        "_pf2",
+        "_slab",
+        "gpu",
+        "labels",
+        "model",
+        "stack",
+        "tp",
+    )
+
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, terms: dict[str, Term | None],
+                 stack: ServingStack, copy: dict[str, float] | None, basis: CostBasis,
+                 labels: tuple[tuple[str, str], ...]) -> None:
+        self.model, self.gpu, self.tp, self.stack, self.labels, self._basis = model, gpu, tp, stack, labels, basis
+        m, L, nb = model, model.layers, model.dtype_bytes
+        hq, hkv, d, ffn = max(1, m.heads // tp), m.kv_heads_per_gpu(tp), m.head_dim, m.ffn // tp
+        paged, slab = terms["attention"], terms["attention_slab"]
+        assert paged is not None and slab is not None
+
+        def fold(c: dict[str, float]) -> tuple[float, ...]:
+            return (L * c.get("c0", 0.0), L * c.get("c_seq", 0.0), L * c.get("c_row", 0.0) * hq * d * 2 * nb,
+                    L * c.get("c_kv", 0.0) * 2 * hkv * d * nb, L * c.get("c_fl", 0.0) * 4 * hq * d,
+                    L * c.get("c_pg", 0.0) * hkv)
+
+        self._attn, self._slab = fold(paged.coef), fold(slab.coef)
+        up = (2 if m.gated_mlp else 1) * ffn
+        shapes = ((m.hidden, (hq + 2 * hkv) * d), (hq * d, m.hidden), (m.hidden, up), (ffn, m.hidden))
+        gemm = terms["gemm"]
+        self._gemms = tuple(self._gemm_line(gemm, k, mm, L) for k, mm in shapes)
+        self._lm = self._gemm_line(gemm, m.hidden, m.vocab // tp, 1)
+        elem = terms["elementwise"]
+        kvw = 2 * hkv * d * nb * 2 / (ETA_BW * gpu.bandwidth_bps)  # read new K/V + write to cache
+        if elem is not None:
+            e = elem.coef
+            dense0, dense1 = L * e.get("c0", 0.0), L * (e.get("c_h", 0.0) * m.hidden * nb + e.get("c_f", 0.0) * ffn * nb + kvw)
+        else:
+            dense0, dense1 = 0.0, L * (10 * m.hidden * nb / (ETA_BW * gpu.bandwidth_bps) + kvw)
+        ar = terms["allreduce"]
+        if tp > 1 and ar is not None:
+            c = ar.coef
+            dense0 += 2 * L * c.get("c0", 0.0)
+            dense1 += 2 * L * c.get("c_b", 0.0) * m.hidden * nb
+        self._dense = (dense0, dense1, tp > 1 and ar is None)
+        self._cpu, self._eta = stack.at_tp(tp)
+        self._floor = L * stack.launch_s
+        self._per_seq, self._pf, self._pf2 = stack.per_seq_s, stack.prefill_s, stack.prefill_n2_s
+        self._idle = self._cpu
+        self._h2d = 1.0 / ((copy or {}).get("h2d_gbps", gpu.pcie_gbps) * 1e9)
+        self._d2h = 1.0 / ((copy or {}).get("d2h_gbps", gpu.pcie_gbps) * 1e9)
+        self._fn: dict[int, float] = {}
+        self._fs: dict[int, float] = {}
+
+    def _gemm_line(self, gemm: Term | None, k: int, mm: int, times: int) -> tuple[float, ...]:
+        """(c, slope, r_w, r_n, r_f): time(n) = times x (c + slope n + max(r_w + r_n n, r_f n))."""
+        nb, bw, fl = self.model.dtype_bytes, self.gpu.bandwidth_bps, self.gpu.flops
+        w, act, flops = k * mm * nb, (k + mm) * nb, 2.0 * k * mm
+        if gemm is None:
+            return (0.0, 0.0, times * w / (ETA_BW * bw), times * act / (ETA_BW * bw), times * flops / (ETA_C * fl))
+        c = [gemm.coef.get(x, 0.0) for x in GEMM_KEYS]
+        return (times * (c[0] + c[1] * w), times * (c[2] * act + c[3] * flops),
+                times * c[4] * w / bw, times * c[4] * act / bw, times * c[4] * flops / fl)
+
+    @staticmethod
+    def _line(g: tuple[float, ...], n: int) -> float:
+        c, s, rw, rn, rf = g
+        a, b = rw + rn * n, rf * n
+        return c + s * n + (a if a > b else b)
+
+    def _n_part(self, n: int) -> float:
+        """Everything that depends only on the step's token count (dense layers, all-reduce)."""
+        d0, d1, analytic_ar = self._dense
+        t = d0 + d1 * n + sum(self._line(g, n) for g in self._gemms)
+        if analytic_ar:
+            t += allreduce_time(self.model, self.gpu, self.tp, n)
+        self._fn[n] = t
+        return t
+
+    def _s_part(self, seqs: int) -> float:
+        t = self._line(self._lm, seqs)
+        self._fs[seqs] = t
+        return t
 
     @property
     def name(self) -> str:
-        parts: dict[str, list[str]] = {}
-        for term, label in self.labels:
-            parts.setdefault(label, []).append(term)
-        body = "; ".join(f"{'/'.join(t)}: {lab}" for lab, t in parts.items())
-        return f"calibrated ({self.gpu.key}, tp={self.tp}; {body})"
+        return f"calibrated ({self.gpu.key}, tp={self.tp}, {self.stack.name} stack; {self._basis.basis})"
 
-    def _attention(self, b: StepBatch) -> float:
-        m, tp = self.model, self.tp
-        hq, hkv, d, nb = max(1, m.heads // tp), m.kv_heads_per_gpu(tp), m.head_dim, m.dtype_bytes
-        c = (self.attn_paged if b.block_size > 0 else self.attn_slab).coef
-        kv = b.decode_context_tokens + b.prefill_context_tokens
-        pairs = b.prefill_attn_pairs + b.decode_context_tokens
-        pages = b.pages_touched if b.block_size > 0 else 0
-        return (c.get("c0", 0) + c.get("c_seq", 0) * b.num_seqs
-                + c.get("c_row", 0) * b.num_tokens * hq * d * 2 * nb
-                + c.get("c_kv", 0) * kv * 2 * hkv * d * nb
-                + c.get("c_fl", 0) * pairs * 4 * hq * d + c.get("c_pg", 0) * pages * hkv)
+    @property
+    def basis(self) -> CostBasis:
+        return self._basis
 
-    def _gemm(self, n: int, k: int, mm: int) -> float:
-        nb = self.model.dtype_bytes
-        w, act, fl = k * mm * nb, n * (k + mm) * nb, 2.0 * n * k * mm
-        if self.gemm is None:  # roofline fallback
-            return max((w + act) / (ETA_BW * self.gpu.bandwidth_bps), fl / (0.8 * self.gpu.flops))
-        c = self.gemm.coef
-        roof = max((w + act) / self.gpu.bandwidth_bps, fl / self.gpu.flops)
-        return (c.get("c0", 0) + c.get("c_w", 0) * w + c.get("c_act", 0) * act
-                + c.get("c_fl", 0) * fl + c.get("c_roof", 0) * roof)
-
-    def _layer_dense(self, n: int) -> float:
-        m, tp = self.model, self.tp
-        hq, hkv, d = max(1, m.heads // tp), m.kv_heads_per_gpu(tp), m.head_dim
-        ffn = m.ffn // tp
-        t = (self._gemm(n, m.hidden, (hq + 2 * hkv) * d) + self._gemm(n, hq * d, m.hidden)
-             + self._gemm(n, m.hidden, 2 * ffn) + self._gemm(n, ffn, m.hidden))
-        nb = m.dtype_bytes
-        if self.elementwise is not None:
-            c = self.elementwise.coef
-            t += c.get("c0", 0) + c.get("c_h", 0) * n * m.hidden * nb + c.get("c_f", 0) * n * ffn * nb
-        else:
-            t += 10 * n * m.hidden * nb / (ETA_BW * self.gpu.bandwidth_bps)
-        kv_write = 2 * n * m.kv_heads_per_gpu(tp) * d * nb * 2  # read new K/V + write to cache
-        return t + kv_write / (ETA_BW * self.gpu.bandwidth_bps)
-
-    def _allreduce(self, n: int) -> float:
-        if self.tp <= 1 or n == 0:
+    def gpu_time(self, b: StepBatch) -> float:
+        """Kernel time of the step on one GPU (attention, dense, LM head, all-reduce), no stack."""
+        (pt, ps, pairs, pctx, dec, dctx, pages, bsz, _, _, _) = b
+        n, seqs = pt + dec, ps + dec
+        if n == 0:
             return 0.0
-        if self.allreduce is None:
-            return allreduce_time(self.model, self.gpu, self.tp, n)
-        c = self.allreduce.coef
-        per_call = c.get("c0", 0) + c.get("c_b", 0) * n * self.model.hidden * self.model.dtype_bytes
-        return 2 * self.model.layers * per_call
-
-    def _swap(self, b: StepBatch) -> float:
-        moved = (b.swap_in_blocks + b.swap_out_blocks) * b.block_bytes
-        if moved == 0:
-            return 0.0
-        if self.copy is None:
-            return moved / (self.gpu.pcie_gbps * 1e9)
-        return (b.swap_in_blocks * b.block_bytes / (self.copy["h2d_gbps"] * 1e9)
-                + b.swap_out_blocks * b.block_bytes / (self.copy["d2h_gbps"] * 1e9))
+        fn = self._fn.get(n)
+        if fn is None:
+            fn = self._n_part(n)
+        fs = self._fs.get(seqs)
+        if fs is None:
+            fs = self._s_part(seqs)
+        a0, a_seq, a_row, a_kv, a_fl, a_pg = self._attn if bsz > 0 else self._slab
+        return (a0 + a_seq * seqs + a_row * n + a_kv * (dctx + pctx) + a_fl * (pairs + dctx)
+                + (a_pg * pages if bsz > 0 else 0.0) + fn + fs)
 
     def step_time(self, batch: StepBatch) -> float:
-        n = batch.num_tokens
-        if n == 0:
-            return self.cpu_step_s + self._swap(batch)
-        m = self.model
-        layer = self._attention(batch) + self._layer_dense(n)
-        lm_head = self._gemm(max(1, batch.num_seqs), m.hidden, m.vocab // self.tp)
-        return (m.layers * layer + lm_head + self._allreduce(n) + self._swap(batch)
-                + self.cpu_step_s)
+        pt, ps, dec, so, si = batch[0], batch[1], batch[4], batch[8], batch[9]
+        if pt + dec == 0:
+            return self._idle + (self._swap(batch) if so or si else 0.0)
+        t = self._eta * self.gpu_time(batch)
+        if t < self._floor:
+            t = self._floor
+        t += self._cpu + self._per_seq * (ps + dec)
+        if pt:
+            t += self._pf + self._pf2 * pt * pt
+        if so or si:
+            t += self._swap(batch)
+        return t
+
+    def _swap(self, b: StepBatch) -> float:
+        return b.block_bytes * (b.swap_in_blocks * self._h2d + b.swap_out_blocks * self._d2h)
+
+    def parts(self, b: StepBatch) -> dict[str, float]:
+        """The step's time split into named parts (seconds); they add up to ``step_time``."""
+        gpu = self.gpu_time(b)
+        busy = self._eta * gpu
+        launch = max(0.0, self._floor - busy) if b.num_tokens else 0.0
+        pf = (self._pf + self._pf2 * b.prefill_tokens ** 2) if b.prefill_tokens else 0.0
+        out = {"gpu_kernels": gpu, "stack_kernel_overhead": busy - gpu, "launch_bound_wait": launch,
+               "cpu_step": self._cpu, "cpu_per_seq": self._per_seq * b.num_seqs if b.num_tokens else 0.0,
+               "prefill_overhead": pf, "swap": self._swap(b)}
+        return out
 
 
-def _copy_term(src: Source | None, gpu: GpuSpec) -> tuple[dict[str, float] | None, str]:
-    if src is None:
-        return None, f"datasheet pcie {gpu.pcie_gbps:g} GB/s"
-    c = {k: float(v) for k, v in src.doc["copy"].items() if k.endswith("_gbps")}
-    if src.gpu == gpu.key or src.gpu not in gpu_catalog():
-        return c, src.label
-    s = gpu_catalog()[src.gpu]
-    r = gpu.pcie_gbps / s.pcie_gbps
-    return {k: v * r for k, v in c.items()}, f"extrapolated from {src.label} by pcie ratio"
+def _labels(terms: dict[str, Term | None], tp: int, copy_label: str, stack: ServingStack) -> tuple[tuple[str, str], ...]:
+    out = [("attention", terms["attention"].label if terms["attention"] else "?"),
+           ("dense", t.label if (t := terms["gemm"]) else "roofline (uncalibrated)"),
+           ("elementwise", t.label if (t := terms["elementwise"]) else "roofline (uncalibrated)")]
+    if tp > 1:
+        out.append(("all-reduce", t.label if (t := terms["allreduce"]) else "analytic (datasheet link)"))
+    out += [("swap", copy_label), ("kv-write", "roofline (uncalibrated)"),
+            ("stack", f"{stack.name}: {stack.source or 'committed profile'}")]
+    return tuple(out)
 
 
-def build_calibrated(model: ModelSpec, gpu: GpuSpec, tp: int, sources: list[Source]) -> CalibratedCost:
+def _basis(gpu: GpuSpec, tp: int, terms: dict[str, Term | None], stack: ServingStack,
+           labels: tuple[tuple[str, str], ...], bands: dict[str, tuple[float, float]]) -> CostBasis:
+    key = ["attention", "gemm"] + (["allreduce"] if tp > 1 else [])
+    own = all((t := terms[k]) is not None and t.own for k in key)
+    stack_tp = tp in stack.fitted_tps
+    basis = "fitted" if own and stack_tp else "extrapolated"
+    how = [f"{n}: {lab}" for n, lab in labels if n not in ("swap", "kv-write")]
+    if not stack_tp:
+        how.append(f"{stack.name} stack fitted at TP {', '.join(map(str, stack.fitted_tps))}; "
+                   f"TP {tp} interpolated in log2(TP)")
+    return CostBasis(basis, "; ".join(how), bands["fitted" if basis == "fitted" else "extrapolated"])
+
+
+def build_calibrated(model: ModelSpec, gpu: GpuSpec, tp: int, sources: list[Source],
+                     stack: ServingStack | None = None, prefer: Source | None = None) -> CalibratedCost:
+    """``prefer``: a calibration file the user named; its terms win over the committed ones."""
     if not sources:
         raise ConfigError(NO_DATA)
-    att_src = _pick(sources, "attention", gpu)
-    paged = _resolve(att_src, "attention", gpu, "paged")
+    stack = stack or resolve_stack("vllm")
+    att_src = pick(sources, "attention", gpu, prefer)
+    paged = resolve(att_src, "attention", gpu, "paged")
     if paged is None:
         raise ConfigError(f"calibrated: no attention fit for any GPU in {[str(s.path) for s in sources]}; "
                           "run calibration/run_gpu.py on a GPU, or use --cost-model roofline")
-    slab = _resolve(att_src, "attention", gpu, "contiguous") or Term(
-        {**paged.coef, "c_pg": 0.0}, paged.label + " (paged fit, page term dropped)")
-    gemm = _resolve(_pick(sources, "gemm", gpu), "gemm", gpu)
-    elem = _resolve(_pick(sources, "elementwise", gpu), "elementwise", gpu)
-    ar_term, ar_label = None, "analytic (datasheet link)"
-    ar_src = _pick(sources, "allreduce", gpu)
-    if tp > 1 and ar_src is not None:
-        by_tp = {int(k): v for k, v in ar_src.doc["allreduce"]["by_tp"].items()}
-        if tp in by_tp and (ar_src.gpu == gpu.key or gpu.nvlink_gbps > 0):
-            coef = {k: float(v) for k, v in by_tp[tp]["coef"].items()}
-            src_gpu = gpu_catalog().get(ar_src.gpu)
-            if ar_src.gpu == gpu.key or src_gpu is None:
-                ar_label = ar_src.label
-            else:
-                coef["c_b"] *= src_gpu.nvlink_gbps / gpu.nvlink_gbps
-                ar_label = f"extrapolated from {ar_src.label} by nvlink ratio"
-            ar_term = Term(coef, ar_label)
-    copy, copy_label = _copy_term(_pick(sources, "copy", gpu), gpu)
-    labels: tuple[tuple[str, str], ...] = (("attention", paged.label),
-              ("dense", gemm.label if gemm else "roofline (uncalibrated)"),
-              ("elementwise", elem.label if elem else "roofline (uncalibrated)"),
-              ("all-reduce", ar_label if tp > 1 else "n/a (tp=1)"),
-              ("swap", copy_label), ("kv-write", "roofline (uncalibrated)"))
-    labels = tuple(x for x in labels if x[1] != "n/a (tp=1)")
-    return CalibratedCost(model, gpu, tp, paged, slab, gemm, elem, ar_term, copy, labels)
+    slab = resolve(att_src, "attention", gpu, "contiguous") or Term(
+        {**paged.coef, "c_pg": 0.0}, paged.label + " (paged fit, page term dropped)", paged.own)
+    terms: dict[str, Term | None] = {
+        "attention": paged, "attention_slab": slab,
+        "gemm": resolve(pick(sources, "gemm", gpu, prefer), "gemm", gpu),
+        "elementwise": resolve(pick(sources, "elementwise", gpu, prefer), "elementwise", gpu),
+        "allreduce": allreduce_term(sources, gpu, tp, prefer)}
+    copy, copy_label = copy_term(sources, gpu, prefer)
+    labels = _labels(terms, tp, copy_label, stack)
+    b = stack.band
+    bands = {"fitted": (b.optimistic, b.pessimistic),
+             "extrapolated": (b.optimistic_extrapolated, b.pessimistic_extrapolated)}
+    return CalibratedCost(model, gpu, tp, terms, stack, copy, _basis(gpu, tp, terms, stack, labels, bands), labels)
 
 
-def load_calibrated_cost(model: ModelSpec, gpu: GpuSpec, tp: int, calibration: Path | None) -> CalibratedCost:
-    """Entry point used by ``sim.cost.build_cost_model("calibrated", ...)``."""
+def load_calibrated_cost(model: ModelSpec, gpu: GpuSpec, tp: int, calibration: Path | None,
+                         stack: str = "vllm") -> CalibratedCost:
+    """Entry point used by ``sim.cost.build_cost_model("calibrated", ...)``.
+
+    With ``calibration`` (a harness fit), its terms come first and the committed public fits
+    fill in what it lacks (dense, all-reduce, elementwise for the GPUs Vidur profiled).
+    """
+    committed = committed_calibrations()
     if calibration is None:
-        return build_calibrated(model, gpu, tp, committed_calibrations())
+        return build_calibrated(model, gpu, tp, committed, resolve_stack(stack))
     p = Path(calibration)
     if p.is_dir():
         p = p / "fit.yaml"
     if not p.exists():
         raise ConfigError(f"--calibration {calibration}: no such file (expected a fit YAML or a "
                           "directory with fit.yaml)")
-    return build_calibrated(model, gpu, tp, [read_calibration(p)])
+    own = read_calibration(p)
+    return build_calibrated(model, gpu, tp, [own, *[s for s in committed if s.gpu != own.gpu]],
+                            resolve_stack(stack), prefer=own)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.cost.batch import StepBatch
+from sim.cost.batch import CostBasis, StepBatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +20,10 @@ class ConstantCost:
     @property
     def name(self) -> str:
         return f"constant:{self.seconds:g}"
+
+    @property
+    def basis(self) -> CostBasis:
+        return CostBasis("exact", f"every step takes {self.seconds:g} s by construction")
 
     def step_time(self, batch: StepBatch) -> float:
         return self.seconds

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sim.cost.batch import StepBatch
+from sim.cost.batch import CostBasis, StepBatch
 from sim.specs import GpuSpec, ModelSpec
 
 
@@ -50,6 +50,11 @@ class RooflineCost:
     @property
     def name(self) -> str:
         return f"roofline (uncalibrated; {self.gpu.key}, tp={self.tp})"
+
+    @property
+    def basis(self) -> CostBasis:
+        return CostBasis("uncalibrated", f"datasheet roofline of {self.gpu.key} (eta_bw {self.eta_bw:g}, "
+                         f"eta_c {self.eta_c:g} from one H200 measurement), fixed {self.step_overhead_s * 1e3:g} ms per step")
 
     def __post_init__(self) -> None:
         m, tp, g = self.model, self.tp, self.gpu

@@ -1,18 +1,27 @@
 """Which limit binds a candidate first, read off a run just above its capacity.
 
-From the step records (weighted by step duration) we measure the share of time the queue is
-non-empty *because of* each limit, plus the preemption rate:
+From the step records (weighted by step duration) and the request records we measure what the
+requests that miss the SLO are waiting for; the first rule that holds names the limit:
 
-=====================  =================================================================
-``kv-memory``          preemptions, or a queue while the KV pool is (nearly) full
-``max_num_seqs``       a queue while ``num_running == max_num_seqs`` (the batch cap)
-``decode-compute``     otherwise, when TPOT (or e2e alone) is the SLO that fails: big
-                       batches inflate every decode step
-``prefill-queueing``   otherwise: TTFT fails because prompts wait for step token budget
-=====================  =================================================================
+========================  ===================================================================
+``kv-memory``             preemptions (>= 5 per 1k requests), or requests queued while the KV
+                          pool is nearly full (< 5 % free) for >= 25 % of the time
+``max_num_seqs``          requests queued while the batch is at ``max_num_seqs`` >= 25 % of the time
+``prefill-interference``  TPOT (or e2e alone) fails and running requests spend most of their
+                          time (>= 50 %) in steps that also carry prompt tokens
+``decode-steps``          TPOT (or e2e alone) fails and most of that time is in pure decode
+                          steps: the step time of the batch itself (memory bandwidth, compute)
+``token-budget``          TTFT fails and requests queued while steps used the whole
+                          ``max_num_batched_tokens`` >= 25 % of the time
+``prefill-compute``       TTFT fails and the slowest 10 % of requests spend most of their TTFT
+                          (>= 50 %) in their own prefill, not waiting: prompts are too long
+                          for this GPU x TP
+``queueing``              TTFT fails and the slowest requests mostly wait to be scheduled
+                          although no cap binds: every step is slow (the GPU is saturated)
+========================  ===================================================================
 
-The thresholds are shares of queued time; they are deliberately coarse (this is a label for a
-table, not a measurement), and the raw shares are reported next to the label.
+The thresholds are deliberately coarse (this is a label for a table, not a measurement); the
+shares behind it are kept next to it (``capacity_probes``, :class:`Diagnostics`).
 """
 
 from __future__ import annotations
@@ -26,9 +35,28 @@ import pandas as pd
 KV_FREE_SHARE = 0.05      # "full" = less than 5 % of the pool free
 KV_PREEMPT_PER_1K = 5.0   # preemptions per 1,000 requests that make KV the binding limit
 SHARE = 0.25              # share of queued time that makes a cap the binding limit
+MOSTLY = 0.5              # "most of the time"
+TAIL = 0.9                # the slowest 10 % of requests by TTFT
 SLOT_COLS = ("token_state_slots", "reserved_slots", "internal_frag_slots", "external_frag_slots",
              "free_slots")
-BINDINGS = ("kv-memory", "max_num_seqs", "decode-compute", "prefill-queueing")
+
+#: label -> (what it means, what would relax it); plans print both next to the labels they use
+LABELS: dict[str, tuple[str, str]] = {
+    "kv-memory": ("requests are preempted or wait for KV blocks",
+                  "more KV memory: a higher --gpu-memory-utilization, a larger GPU or more TP"),
+    "max_num_seqs": ("requests wait while the batch is full", "a higher --max-num-seqs"),
+    "prefill-interference": ("TPOT misses because decodes share their steps with prompt chunks",
+                             "a lower --max-num-batched-tokens (smaller prefill chunks per step)"),
+    "decode-steps": ("TPOT misses because the decode steps of the batch are slow",
+                     "a GPU with more memory bandwidth or more TP, or a lower --max-num-seqs"),
+    "token-budget": ("prompts wait for room in the step's token budget", "a higher --max-num-batched-tokens"),
+    "prefill-compute": ("TTFT misses because the prompts themselves take too long",
+                        "more TP or a faster GPU (prefill is compute-bound), or a looser TTFT SLO"),
+    "queueing": ("TTFT misses because requests wait behind slow steps while no cap binds",
+                 "more TP or a faster GPU"),
+}
+HELPS: dict[str, str] = {k: v[1] for k, v in LABELS.items()}
+BINDINGS = tuple(HELPS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,22 +68,41 @@ class Diagnostics:
     seq_cap_share: float      # ... and the batch at max_num_seqs
     token_cap_share: float    # ... and the step's token budget used up
     preempt_per_1k: float
-    failing: tuple[str, ...]  # SLO metrics that failed (ttft, tpot, e2e, joint...)
+    failing: tuple[str, ...]  # SLO targets that failed (ttft_p99<=1s, tpot_..., joint>=...)
+    prefill_step_share: float = 0.0   # running requests' time spent in steps carrying prompt tokens
+    tail_wait_share: float = 0.0      # slowest 10 % by TTFT: share of their TTFT spent waiting
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def _tail_wait_share(req: pd.DataFrame | None) -> float:
+    """Mean share of TTFT the slowest 10 % of requests spent before they were first scheduled."""
+    if req is None or not len(req):
+        return 0.0
+    ttft = (req["first_token_s"] - req["arrival_s"]).to_numpy(np.float64)
+    wait = (req["first_scheduled_s"] - req["arrival_s"]).to_numpy(np.float64)
+    ok = np.isfinite(ttft) & np.isfinite(wait) & (ttft > 0)
+    if not ok.any():
+        return 0.0
+    ttft, wait = ttft[ok], wait[ok]
+    slow = ttft >= np.quantile(ttft, TAIL)
+    return float(np.mean(wait[slow] / ttft[slow]))
+
+
 def diagnose(steps: pd.DataFrame, num_requests: int, preemptions: int, max_num_seqs: int,
-             max_num_batched_tokens: int, failing: tuple[str, ...] = ()) -> Diagnostics:
+             max_num_batched_tokens: int, failing: tuple[str, ...] = (),
+             requests: pd.DataFrame | None = None) -> Diagnostics:
     if len(steps) == 0:
-        return Diagnostics(0.0, 0.0, 0.0, 0.0, 0.0, failing)
+        return Diagnostics(0.0, 0.0, 0.0, 0.0, 0.0, failing, 0.0, _tail_wait_share(requests))
     w = steps["duration_s"].to_numpy(np.float64)
     total = float(w.sum()) or 1.0
     queued = steps["num_waiting"].to_numpy() > 0
     pool = steps[list(SLOT_COLS)].sum(axis=1).to_numpy(np.float64)
     free = steps["free_slots"].to_numpy(np.float64) / np.maximum(pool, 1.0)
-    tokens = (steps["prefill_tokens"] + steps["decode_tokens"]).to_numpy()
+    prefill = steps["prefill_tokens"].to_numpy()
+    tokens = prefill + steps["decode_tokens"].to_numpy()
+    running = w * steps["num_running"].to_numpy(np.float64)   # request-seconds spent in each step
 
     def share(mask: np.ndarray) -> float:
         return float(w[mask].sum()) / total
@@ -67,6 +114,8 @@ def diagnose(steps: pd.DataFrame, num_requests: int, preemptions: int, max_num_s
         token_cap_share=share(queued & (tokens >= max_num_batched_tokens)),
         preempt_per_1k=1000.0 * preemptions / max(num_requests, 1),
         failing=failing,
+        prefill_step_share=float(running[prefill > 0].sum() / running.sum()) if running.sum() else 0.0,
+        tail_wait_share=_tail_wait_share(requests),
     )
 
 
@@ -78,5 +127,7 @@ def classify(d: Diagnostics) -> str:
         return "max_num_seqs"
     metrics = {f.split("_")[0] for f in d.failing}
     if "tpot" in metrics or ("e2e" in metrics and "ttft" not in metrics):
-        return "decode-compute"
-    return "prefill-queueing"
+        return "prefill-interference" if d.prefill_step_share >= MOSTLY else "decode-steps"
+    if d.token_cap_share >= SHARE:
+        return "token-budget"
+    return "queueing" if d.tail_wait_share >= MOSTLY else "prefill-compute"

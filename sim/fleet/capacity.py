@@ -29,7 +29,7 @@ from sim.errors import ConfigError
 from sim.fleet.binding import Diagnostics, classify, diagnose
 from sim.fleet.candidate import Candidate
 from sim.fleet.router import replay_fleet
-from sim.fleet.slo import Slo, SloEval, evaluate
+from sim.fleet.slo import Slo, SloEval, SloTarget, evaluate
 from sim.fleet.workload import at_qps, draw_window, to_trace
 from sim.results import memory_breakdown
 
@@ -63,6 +63,7 @@ class Probe:
     tpot_p99: float
     wall_s: float
     stopped_early: bool = False
+    observed: tuple[tuple[SloTarget, float], ...] = ()   # each target's quantile among finished requests
 
 
 @dataclass(slots=True)
@@ -96,6 +97,11 @@ def _metrics(req: pd.DataFrame, steps: pd.DataFrame, preemptions: int, pool_slot
     }
 
 
+def _quantile(req: pd.DataFrame, col: str, q: float) -> float:
+    v = req[col].dropna().to_numpy(np.float64)
+    return float(np.quantile(v, q)) if len(v) else math.nan
+
+
 def _probe(cand: Candidate, spec: SearchSpec, window: pd.DataFrame, qps: float
            ) -> tuple[Probe, dict[str, float], Diagnostics]:
     """One replica, one rate. A 1-replica routed replay is bit-identical to ``simulate`` and
@@ -113,10 +119,11 @@ def _probe(cand: Candidate, spec: SearchSpec, window: pd.DataFrame, qps: float
     # targets that were certain to fail from the monitor instead
     failing = res.failing if res.aborted else ev.failing
     diag = diagnose(steps, len(res.requests), res.preemptions[0], b.max_num_seqs,
-                    b.max_num_batched_tokens, failing)
+                    b.max_num_batched_tokens, failing, req)
     m = _metrics(req, steps, res.preemptions[0], b.pool_slots, ev)
+    observed = tuple((t, _quantile(req, f"{t.metric}_s", t.quantile)) for t in spec.slo.targets)
     probe = Probe(qps, ev.passed, ev.attainment, ev.attainment_lower, m["ttft_p99"], m["tpot_p99"],
-                  time.perf_counter() - t0, res.aborted)
+                  time.perf_counter() - t0, res.aborted, observed)
     return probe, m, diag
 
 
@@ -191,9 +198,10 @@ def combine(cand: Candidate, seeds: list[SeedCapacity], confidence: float = 0.95
     above = [s.above for s in seeds if s.above is not None]
     if above:
         labels = [classify(d) for d in above]
-        binding = max(set(labels), key=labels.count)
+        binding = max(sorted(set(labels)), key=labels.count)  # ties: alphabetical (deterministic)
         diag = {k: float(np.mean([getattr(d, k) for d in above]))
-                for k in ("queued_share", "kv_full_share", "seq_cap_share", "token_cap_share", "preempt_per_1k")}
+                for k in ("queued_share", "kv_full_share", "seq_cap_share", "token_cap_share", "preempt_per_1k",
+                          "prefill_step_share", "tail_wait_share")}
     else:
         binding, diag = "none (search ceiling)", {}
     return CapacityEstimate(cand, mean, max(0.0, mean - half), mean + half, seeds, metrics, binding, diag)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from sim.errors import ConfigError
 from sim.executor import run_tasks
 from sim.fleet import autoscale
 from sim.fleet.autoscale import AutoscaleCost
+from sim.fleet.band import BandEdge, band_columns, band_edges
 from sim.fleet.candidate import Candidate, grid
 from sim.fleet.capacity import KEEP, WARMUP, CapacityEstimate, SearchSpec, combine, search_seed
 from sim.fleet.sizing import size
@@ -46,6 +47,7 @@ class Plan:
     autoscale: pd.DataFrame | None
     autoscale_cost: AutoscaleCost | None
     scaled: pd.DataFrame
+    band: dict[Candidate, BandEdge] = field(default_factory=dict)  # pessimistic edge (sim/fleet/band.py)
 
     @property
     def best(self) -> pd.Series | None:
@@ -83,6 +85,8 @@ def capacities(spec: PlanSpec, cands: list[Candidate], scaled: pd.DataFrame, dem
                         q_min=demand.peak_qps / 256, q_max=demand.peak_qps * 256, iters=spec.iters,
                         window=spec.window, seed=spec.seed)
     tasks = [(c, search, r) for c in cands for r in range(spec.replications)]
+    if not tasks:
+        return []
     done = [0]
 
     def tick(i: int, _: Any) -> None:
@@ -112,6 +116,8 @@ def validate(spec: PlanSpec, caps: list[CapacityEstimate], scaled: pd.DataFrame,
              progress: Progress | None = None) -> dict[Candidate, Validation]:
     tasks = [ValidateTask(c.candidate, spec.base, size(demand.peak_qps, c.qps, spec.headroom),
                           spec.slo, spec.router) for c in best_per_shape(caps)]
+    if not tasks:  # no candidate passed at any load: nothing to replay
+        return {}
     done = [0]
 
     def tick(i: int, _: Any) -> None:
@@ -137,8 +143,9 @@ def check_window(spec: PlanSpec, num_requests: int) -> None:
                           "margin) or a longer trace")
 
 
-def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None) -> Plan:
-    """The whole pipeline on a trace frame (normalized columns)."""
+def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None, band: bool = True) -> Plan:
+    """The whole pipeline on a trace frame (normalized columns); ``band``: also size every
+    GPU x TP at the pessimistic edge of the cost model's step-time error band."""
     check_window(spec, len(df))
     scaled, demand = measure_demand(df, spec)
     cands = grid(spec.gpus, spec.tps, spec.knobs)
@@ -146,6 +153,14 @@ def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None)
     vals = validate(spec, caps, scaled, demand, progress) if spec.validate else {}
     t, rate = rate_timeline(scaled["arrival_s"].to_numpy(np.float64), spec.bucket_s)
     table = build_table(spec, demand, caps, vals, (t, rate))
+    edges: dict[Candidate, BandEdge] = {}
+    if band:
+        def at_edge(s: PlanSpec, cs: list[Candidate]) -> list[CapacityEstimate]:
+            return capacities(s, cs, scaled, demand, (lambda _, d, n: progress("capacity at band edge", d, n))
+                              if progress else None)
+
+        edges = band_edges(spec, best_per_shape(caps), demand, at_edge)
+    table = band_columns(table, edges, spec)
     sched = cost = None
     if len(table) and table.iloc[0]["max_qps_per_replica"] > 0:
         top = table.iloc[0]
@@ -154,4 +169,4 @@ def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None)
         sched = autoscale.schedule(t, rate, float(top["max_qps_per_replica"]), pol)
         cost = autoscale.costs(sched, int(top["replicas"]), float(top["cost_per_hour"]) / int(top["replicas"]),
                                spec.bucket_s)
-    return Plan(spec, demand, table, caps, vals, sched, cost, scaled)
+    return Plan(spec, demand, table, caps, vals, sched, cost, scaled, edges)

@@ -11,13 +11,30 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from sim.fleet.slo import Slo
 
 
 def pareto(table: pd.DataFrame, peak_qps: float, path: Path) -> Path:
-    """$/h to serve a given QPS (step functions, one per GPU x TP x knobs) and their envelope."""
-    fig, ax = plt.subplots(figsize=(8, 5))
+    return _save(pareto_figure(table, peak_qps), path)
+
+
+def replicas_over_time(sched: pd.DataFrame, static_replicas: int, label: str, path: Path) -> Path:
+    return _save(replicas_figure(sched, static_replicas, label), path)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def pareto_figure(table: pd.DataFrame, peak_qps: float) -> Figure:
+    """$/h to serve a given QPS (step functions, one per GPU x TP x knobs) and their envelope;
+    the legend sits beside the axes, never over the lines."""
+    fig, ax = plt.subplots(figsize=(10.5, 5))
     rows = table[table["max_qps_per_replica"] > 0]
     qmax = 2.0 * max(peak_qps, 1e-9)
     q = np.linspace(qmax / 400, qmax, 400)
@@ -40,16 +57,15 @@ def pareto(table: pd.DataFrame, peak_qps: float, path: Path) -> Path:
     ax.set_xlabel("sustained QPS within the SLO (fleet)")
     ax.set_ylabel("$ / hour")
     ax.set_title("Cost vs QPS (per-replica capacity x replicas)")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def replicas_over_time(sched: pd.DataFrame, static_replicas: int, label: str, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+def replicas_figure(sched: pd.DataFrame, static_replicas: int, label: str) -> Figure:
+    """Replicas over trace time (whole-number y ticks) with the arrival rate behind."""
+    fig, ax = plt.subplots(figsize=(8, 4.8))
     t = sched["t_s"].to_numpy() / 60
     ax.step(t, sched["billed"], where="post", label="autoscaled: billed (incl. cold start)", color="tab:blue")
     ax.step(t, sched["serving"], where="post", label="autoscaled: serving", color="tab:cyan", ls=":")
@@ -57,15 +73,16 @@ def replicas_over_time(sched: pd.DataFrame, static_replicas: int, label: str, pa
     ax.axhline(static_replicas, color="tab:red", ls="--", label=f"static peak: {static_replicas}")
     ax.set_xlabel("trace time (min)")
     ax.set_ylabel("replicas")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # replicas are whole
+    top = max(static_replicas, float(sched[["billed", "serving", "oracle"]].to_numpy().max()))
+    ax.set_ylim(0, top + 1)  # the static line is not drawn on the frame
     ax2 = ax.twinx()
     ax2.plot(t, sched["rate"], color="grey", alpha=0.4, lw=1)
     ax2.set_ylabel("arrival rate (req/s)", color="grey")
     ax.set_title(f"Replicas over time: {label}")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below, off the lines
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def latency_cdfs(ttft: np.ndarray, tpot: np.ndarray, slo: Slo, label: str, path: Path) -> Path:

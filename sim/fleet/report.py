@@ -15,6 +15,9 @@ import pandas as pd
 import yaml
 
 from sim.fleet import plots
+from sim.fleet.band import band_sentence
+from sim.fleet.binding import LABELS
+from sim.fleet.explain import INFEASIBLE, SOFT_BASES, ranking_caveat
 from sim.fleet.planner import Plan
 
 MD_COLS = {
@@ -23,6 +26,7 @@ MD_COLS = {
     "headroom_pct": "headroom %", "cost_per_hour": "$/h", "cost_per_1m_out_tokens": "$/1M out",
     "cost_per_day": "$/day", "autoscale_cost_per_day": "$/day autoscaled", "kv_util": "KV util",
     "frag_share": "frag", "preempt_per_1k": "preempt/1k", "binding_constraint": "binding",
+    "cost_model": "cost model", "cost_basis": "step-time basis", "replicas_pessimistic": "replicas at band edge",
 }
 
 
@@ -46,6 +50,8 @@ def versions(backend: str) -> dict[str, str]:
 
 
 def _fmt(col: str, v: Any) -> str:
+    if v is pd.NA:
+        return "-"
     if isinstance(v, (bool, np.bool_)):
         return "yes" if v else "no"
     if isinstance(v, (float, np.floating)):
@@ -67,6 +73,8 @@ def markdown_table(table: pd.DataFrame) -> str:
              "|---|" + "---|" * len(cols)]
     for i, r in table.iterrows():
         cells = [_fmt(c, r[c]) for c in cols]
+        if "replicas" in cols and INFEASIBLE in str(r.get("note", "")):
+            cells[cols.index("replicas")] = "infeasible"
         if c_ci := f"{r['qps_ci_low']:.1f}–{r['qps_ci_high']:.1f}":
             cells[cols.index("max_qps_per_replica")] += f" ({c_ci})"
         lines.append(f"| {int(i) + 1} | " + " | ".join(cells) + " |")  # type: ignore[call-overload]
@@ -76,7 +84,11 @@ def markdown_table(table: pd.DataFrame) -> str:
 def recommendation(plan: Plan) -> str:
     b = plan.best
     if b is None or not b["slo_pass"]:
-        return "**No candidate meets the SLO** at this load; see the binding constraints below."
+        notes = plan.table["note"].astype(str) if len(plan.table) else pd.Series(dtype=str)
+        if len(notes) and notes.str.contains(INFEASIBLE).all():
+            return ("**No candidate meets the SLO at any load**: each fails even at the lowest load probed; "
+                    "the latencies there and what would help are under Notes.")
+        return "**No candidate meets the SLO** at this load; see the binding constraints and Notes below."
     return (f"**Recommended: {int(b['replicas'])} x {b['gpu']} (TP={int(b['tp'])}, {b['knobs']})** = "
             f"{int(b['gpus'])} GPUs, ${b['cost_per_hour']:,.2f}/h, ${b['cost_per_1m_out_tokens']:.3f} per 1M output "
             f"tokens, ${b['cost_per_day']:,.0f}/day static (${b['autoscale_cost_per_day']:,.0f}/day autoscaled). "
@@ -84,7 +96,26 @@ def recommendation(plan: Plan) -> str:
             f"{b['qps_ci_low']:.1f}–{b['qps_ci_high']:.1f}); peak demand {b['peak_qps']:.1f} QPS; "
             f"headroom {b['headroom_pct']:.0f}%; binding constraint: {b['binding_constraint']}. "
             f"Routed replay of the full trace: attainment {100 * b['attainment']:.2f}% "
-            f"(lower bound {100 * b['attainment_lower']:.2f}%).")
+            f"(lower bound {100 * b['attainment_lower']:.2f}%)." + band_sentence(b))
+
+
+def cost_models(table: pd.DataFrame, inputs: dict[str, Any]) -> str:
+    """The cost models behind the rows (each row's own is in the table's cost-model column)."""
+    names = [n for n in dict.fromkeys(table["cost_model"]) if n != "-"] if "cost_model" in table else []
+    kinds = list(dict.fromkeys(str(n).split(" (")[0] for n in names))
+    if not kinds:
+        return str(inputs.get("cost_model", "?"))
+    return f"{', '.join(kinds)} (each row's own, with its GPU, TP and basis, in the cost-model column)"
+
+
+def notes_section(table: pd.DataFrame) -> list[str]:
+    """Per-row notes (infeasibility, failed replays, prices) and the binding labels used."""
+    lines = [f"- #{int(i) + 1} {r['gpu']} TP{r['tp']}: {r['note']}"  # type: ignore[call-overload]
+             for i, r in table.iterrows() if str(r["note"])]
+    used = [b for b in LABELS if b in set(table["binding_constraint"])]
+    lines += [f"- `{b}`: {LABELS[b][0]}; would help: {LABELS[b][1]} (rules in `sim/fleet/binding.py`)"
+              for b in used]
+    return ["## Notes", "", *lines, ""] if lines else []
 
 
 def capacity_frame(plan: Plan) -> pd.DataFrame:
@@ -141,8 +172,9 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
         f"SLO: {spec.slo.describe()} (pass/fail on the one-sided {100 * spec.slo.confidence:.0f}% Wilson lower bound). "
         f"Load: rate x{d.scale:.3g}, mean {d.mean_qps:.2f} QPS, peak {d.peak_qps:.2f} QPS "
         f"(busiest {spec.peak_window_s:g} s). Router: {spec.router}. N+k: k={spec.n_plus_k}. "
-        f"Cost model: {inputs['cost_model']}.", "",
+        f"Cost model: {cost_models(plan.table, inputs)}.", "",
         recommendation(plan), "",
+        *([caveat, ""] if (caveat := ranking_caveat(plan.table)) else []),
         markdown_table(plan.table), "",
     ]
     ac = plan.autoscale_cost
@@ -154,10 +186,14 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
     for role, title in (("pareto", "Cost vs QPS"), ("replicas", "Replicas over time"), ("cdf", "Latency CDFs")):
         if role in paths:
             lines.append(f"![{title}]({paths[role].name})")
+    lines += ["", *notes_section(plan.table)]
     unverified = sorted({r["gpu"] for _, r in plan.table.iterrows() if r["price_unverified"]})
+    n_win = min(spec.window, len(plan.scaled))
+    win = (f"random window of {n_win:,} requests of the scaled trace" if n_win == spec.window else
+           f"window of {n_win:,} requests (the whole trace: --window {spec.window:,} is longer)")
     lines += ["", "## Method", "",
               f"- Per-replica capacity: bisection over the mean arrival rate on {spec.replications} replications, each a "
-              f"random window of {spec.window} requests of the scaled trace, thinned to 90% (seed {spec.seed}); "
+              f"{win}, thinned to 90% (seed {spec.seed}); "
               "the first 10% of a window is warm-up. Capacity = mean over replications, 95% Student-t CI.",
               "- Replicas = ceil(peak / capacity x (1 + headroom)) + k, then a routed replay of the **full** trace through "
               "the fleet (best knobs per GPU x TP) adjusts it: +1 while it fails, -1 once if the smaller fleet passes.",
@@ -166,8 +202,11 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
               ]
     if unverified:
         lines.append(f"- **Unverified prices** (recalled, not sourced): {', '.join(unverified)}. Override with --prices.")
-    if "uncalibrated" in str(inputs.get("cost_model", "")) or inputs.get("cost_model") == "roofline":
-        lines.append("- Step costs come from the **uncalibrated** roofline model: absolute capacities are estimates.")
+    soft = sorted({f"{r['gpu']} TP{r['tp']}" for _, r in plan.table.iterrows()
+                   if r.get("cost_basis") in SOFT_BASES})
+    if soft:
+        lines.append(f"- Step costs of {', '.join(soft)} are **not measured** on that GPU x TP (uncalibrated or "
+                     "extrapolated cost model): absolute capacities are estimates.")
     lines += ["", "## Rerun", "", "```sh", cmd, "```", "",
               "Inputs, seeds and versions: `inputs.yaml`; probes: `capacity_probes.csv`; replays: `validation.csv`."]
     return "\n".join(lines) + "\n"

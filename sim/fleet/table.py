@@ -10,6 +10,7 @@ import pandas as pd
 
 from sim.fleet import autoscale
 from sim.fleet.capacity import CapacityEstimate
+from sim.fleet.explain import cost_model_of, infeasible_note
 from sim.fleet.sizing import size
 from sim.fleet.spec import Demand, PlanSpec
 from sim.fleet.validate import Validation
@@ -20,7 +21,7 @@ COLUMNS = (
     "peak_qps", "headroom_pct", "cost_per_hour", "cost_per_1m_out_tokens", "cost_per_1m_tokens",
     "cost_per_day", "autoscale_cost_per_day", "price_per_gpu_hour", "price_unverified",
     "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "kv_tokens", "kv_util", "frag_share",
-    "preempt_per_1k", "binding_constraint", "note",
+    "preempt_per_1k", "binding_constraint", "cost_model", "cost_basis", "note",
 )
 
 
@@ -49,12 +50,15 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
     notes = []
     if cap.error:
         notes.append(cap.error)
+    if infeasible := infeasible_note(cap, spec.slo):
+        notes.append(infeasible)
     if val is not None and not val.passed:
         notes.append(f"routed replay fails at {val.replicas} replicas")
     if any(s.hit_ceiling for s in cap.seeds):
         notes.append("capacity hit the search ceiling")
     if price.unverified:
         notes.append("price unverified")
+    cost_name, basis = cost_model_of(c, spec.base)
     return {
         "gpu": c.gpu, "tp": c.tp, "knobs": c.knob_text, "replicas": n, "gpus": n * c.tp,
         "replicas_math": n_math + spec.n_plus_k if cap.feasible else 0,
@@ -70,7 +74,8 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
         "price_per_gpu_hour": usd_gpu, "price_unverified": price.unverified,
         **{k: m.get(k, math.nan) for k in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "kv_tokens",
                                           "kv_util", "frag_share", "preempt_per_1k")},
-        "binding_constraint": cap.binding, "note": "; ".join(notes),
+        "binding_constraint": cap.binding, "cost_model": cost_name, "cost_basis": basis,
+        "note": "; ".join(notes),
     }
 
 

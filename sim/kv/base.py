@@ -31,13 +31,20 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+#: A prefix hit entry for a block found in the CPU offload tier (:mod:`sim.kv.offload`): it has
+#: no GPU block yet; allocation takes a fresh one and the step loads it over PCIe. Such entries
+#: follow the GPU hits in the list :meth:`KvAllocator.get_computed_blocks` returns.
+CPU_HIT = -1
+
+
 class MemoryBreakdown(NamedTuple):
     """The KV pool in token slots, by what each slot holds; the five fields sum to the pool.
 
     ``token_state``: K/V of computed tokens. ``reserved``: held for tokens not yet computed
     (a slab's reservation). ``internal_frag``: held but never to be used (a block's unused
     tail, a slab's over-reservation). ``external_frag``: unusable for allocation (the null
-    block, buddy rounding and holes). ``free``: allocatable.
+    block, buddy rounding, and free slab regions too small for the waiting request: 0 when
+    nothing waits). ``free``: allocatable.
     """
 
     token_state: int
@@ -115,8 +122,13 @@ class KvAllocator(Protocol):
         """Why ``req`` can never be placed even in an empty pool, or ""."""
         ...
 
-    def breakdown(self, live: Iterable[Request], computed_tokens: int) -> MemoryBreakdown:
-        """Memory categories now; ``computed_tokens`` is the live requests' computed total."""
+    def breakdown(self, live: Iterable[Request], computed_tokens: int,
+                  *, waiting: Request | None = None) -> MemoryBreakdown:
+        """Memory categories now; ``computed_tokens`` is the live requests' computed total.
+
+        ``waiting`` is the request the scheduler would place next (None: nothing waits); free
+        memory it could not use is external fragmentation (a paged pool: none).
+        """
         ...
 
     def check(self, live: Iterable[Request] = ()) -> None:

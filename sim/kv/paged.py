@@ -214,9 +214,10 @@ class PagedAllocator:
         table.num_registered = 0
 
     # ---- memory -------------------------------------------------------------------------------
-    def breakdown(self, live: Iterable[Request], computed_tokens: int) -> MemoryBreakdown:
+    def breakdown(self, live: Iterable[Request], computed_tokens: int,
+                  *, waiting: Request | None = None) -> MemoryBreakdown:
         """Held blocks hold ``computed_tokens`` token states; the rest of them is internal
-        fragmentation; the null block is external. With ``exact_fill`` (fork mode, where a
+        fragmentation; the null block is external (any free block serves ``waiting``). With ``exact_fill`` (fork mode, where a
         shared block may be partial) a block's token states are the most any holder has in it.
         """
         if self.exact_fill:

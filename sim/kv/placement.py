@@ -22,6 +22,7 @@ class Placement(Protocol):
     def release(self, start: int) -> None: ...
     def largest_free(self) -> int: ...
     def total_free(self) -> int: ...
+    def free_below(self, n: int) -> int: ...
     def largest_chunk(self) -> int: ...
     def check(self) -> None: ...
 
@@ -93,6 +94,10 @@ class BuddyPlacement:
     def total_free(self) -> int:
         return sum(s * len(b) for s, b in self.free.items())
 
+    def free_below(self, n: int) -> int:
+        """Free slots in buddy blocks too small for a chunk of ``n`` slots (rounded up)."""
+        return sum(s * len(b) for s, b in self.free.items() if s < n)
+
     def check(self) -> None:
         spans = sorted([(st, s) for s, bl in self.free.items() for st in bl] + list(self.live.items()))
         pos = 0
@@ -138,6 +143,10 @@ class FirstFitPlacement:
 
     def total_free(self) -> int:
         return self.size - sum(self.live.values())
+
+    def free_below(self, n: int) -> int:
+        """Free slots in gaps shorter than ``n``."""
+        return sum(g for _, g in self._gaps() if g < n)
 
     def largest_chunk(self) -> int:
         return self.size

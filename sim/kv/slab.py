@@ -11,6 +11,17 @@ Memory categories for a live chunk (paper Fig. 2)::
     |<---------------- requested --------------->|  rounding    |
     |<- prompt+generated ->|<- reservation ->|int.|  (external) |
        token states           future tokens   never used
+
+External fragmentation in the free space is defined as the vLLM paper means it: free memory
+that cannot be used *for the request that is waiting*. A free region smaller than the chunk
+the head of the waiting queue needs is a hole; regions it fits in are free; when nothing
+waits, every free slot is free (an idle pool has no fragmentation)::
+
+    pool   [ r0 r0 r0 | . . | r1 r1 | . . . . . . . . | r2 | . . . ]
+                       2 free          8 free                3 free
+    head needs 4  ->   hole            free                  hole      external 5, free 8
+    head needs 9  ->   hole            hole                  hole      external 13, free 0
+    no head       ->   free            free                  free      external 0, free 13
 """
 
 from __future__ import annotations
@@ -132,16 +143,20 @@ class SlabAllocator:
         req.kv = None
 
     # ---- memory -------------------------------------------------------------------------------
-    def breakdown(self, live: Iterable[Request], computed_tokens: int) -> MemoryBreakdown:
+    def breakdown(self, live: Iterable[Request], computed_tokens: int,
+                  *, waiting: Request | None = None) -> MemoryBreakdown:
         """(token_state, reserved, internal_frag, external_frag, free) slots; sums to the pool.
 
-        Free slots outside the largest free region count as external fragmentation.
+        External: buddy rounding of live chunks plus the free regions too small for the chunk
+        ``waiting`` needs (the module docstring's picture); 0 holes when nothing waits.
         """
         tok = computed_tokens
-        largest = self.placement.largest_free()
-        holes = self.placement.total_free() - largest
+        free = self.placement.total_free()
+        holes = 0
+        if waiting is not None and waiting.kv is None:
+            holes = self.placement.free_below(self.chunk_slots(waiting))
         return MemoryBreakdown(tok, self._final - tok, self._requested - self._final,
-                               self._chunk - self._requested + holes, largest)
+                               self._chunk - self._requested + holes, free - holes)
 
     def check(self, live: Iterable[Request] = ()) -> None:
         self.placement.check()

@@ -13,18 +13,31 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.patheffects import withStroke
+from matplotlib.ticker import FuncFormatter
 
+from sim import fmt
 from sim.errors import ConfigError
 from sim.plots.common import RunInfo, joined
 
-#: column -> (title with units, scale for display)
-METRICS: dict[str, tuple[str, float]] = {
-    "throughput_rps": ("throughput (req/s)", 1.0),
-    "ttft_p99_s": ("p99 TTFT (ms)", 1e3),
-    "tpot_p99_s": ("p99 TPOT (ms)", 1e3),
-    "preemptions_per_1k": ("preemptions per 1k requests", 1.0),
-    "mem_token_state": ("mean token-state share of the KV pool (%)", 100.0),
+#: column -> (title, unit, scale for display); unit TIME picks ms/s/min/h per panel (sim.fmt)
+TIME = "time"
+METRICS: dict[str, tuple[str, str, float]] = {
+    "throughput_rps": ("throughput", "req/s", 1.0),
+    "ttft_p99_s": ("p99 TTFT", TIME, 1.0),
+    "tpot_p99_s": ("p99 TPOT", TIME, 1.0),
+    "preemptions_per_1k": ("preemptions per 1k requests", "", 1.0),
+    "mem_token_state": ("mean token-state share of the KV pool", "%", 100.0),
 }
+
+
+def panel_scale(metric: str, values: np.ndarray) -> tuple[str, float]:
+    """(title with unit, divisor) of one panel: latencies take the unit of their largest cell."""
+    title, unit, scale = METRICS.get(metric, (metric, "", 1.0))
+    if unit == TIME or (metric not in METRICS and metric.endswith("_s")):
+        finite = values[np.isfinite(values)]
+        unit, per = fmt.time_unit(float(np.abs(finite).max())) if len(finite) else ("s", 1.0)
+        return f"{title} ({unit})", per
+    return (f"{title} ({unit})" if unit else title), 1.0 / scale
 _OPS: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, "<": operator.lt,
                                                      ">=": operator.ge, ">": operator.gt}
 Slo = tuple[str, str, float]
@@ -64,6 +77,26 @@ def best_cell(df: pd.DataFrame, x: str, y: str, slo: Sequence[Slo]) -> tuple[obj
     return idx[0], idx[1]
 
 
+def overloaded_cells(df: pd.DataFrame, x: str, y: str) -> pd.DataFrame | None:
+    """1.0 where some point of the (x, y) cell overloaded its configuration (sim/overload.py)."""
+    if "overloaded" not in df:
+        return None
+    flag = df["overloaded"].astype("boolean").fillna(False).astype(float)
+    return df.assign(_over=flag).pivot_table(index=y, columns=x, values="_over", aggfunc="max", dropna=False)
+
+
+def _mark_overloaded(ax: plt.Axes, piv: pd.DataFrame, over: pd.DataFrame | None) -> bool:
+    """Hatch the overloaded cells of one panel; True if any."""
+    if over is None:
+        return False
+    cells = over.reindex(index=piv.index, columns=piv.columns).to_numpy(dtype=float)
+    hit = np.argwhere(cells > 0)
+    for n, (i, j) in enumerate(hit):
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, ec="orange", lw=1.2, hatch="//",
+                               label="overloaded: served < offered rate" if n == 0 else None))
+    return len(hit) > 0
+
+
 def _tick(v: object) -> str:
     """A collapsed key (e.g. block_size under allocator=slab) is NA: show it as n/a."""
     return "n/a" if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else str(v)
@@ -77,6 +110,7 @@ def sweep_heatmaps(df: pd.DataFrame, x: str, y: str, *, metrics: Sequence[str] =
             raise ConfigError(f"heatmap key {k!r} is not a column of the sweep")
     ok = df[df["status"] == "ok"]
     best = best_cell(ok, x, y, slo)
+    over = overloaded_cells(ok, x, y)
     n = len(metrics)
     cols = min(n, 3)
     fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(5.2 * cols, 4.3 * ((n + cols - 1) // cols)),
@@ -84,27 +118,32 @@ def sweep_heatmaps(df: pd.DataFrame, x: str, y: str, *, metrics: Sequence[str] =
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     for ax, m in zip(axes.flat, metrics, strict=False):
-        name, scale = METRICS.get(m, (m, 1.0))
-        piv = ok.pivot_table(index=y, columns=x, values=m, aggfunc="mean", dropna=False) * scale
+        piv = ok.pivot_table(index=y, columns=x, values=m, aggfunc="mean", dropna=False)
+        name, per = panel_scale(m, piv.to_numpy(dtype=float))
+        piv = piv / per
         im = ax.imshow(piv.to_numpy(dtype=float), cmap="viridis", aspect="auto", origin="lower")
         ax.set_xticks(range(piv.shape[1]), [_tick(v) for v in piv.columns])
         ax.set_yticks(range(piv.shape[0]), [_tick(v) for v in piv.index])
         ax.set(xlabel=x, ylabel=y, title=name)
         for (i, j), v in np.ndenumerate(piv.to_numpy(dtype=float)):
             if np.isfinite(v):
-                ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7, color="white",
+                ax.text(j, i, fmt.num(v, whole=False), ha="center", va="center", fontsize=7, color="white",
                         path_effects=[withStroke(linewidth=2, foreground="black")])
-        fig.colorbar(im, ax=ax, label=name)
+        fig.colorbar(im, ax=ax, label=name, format=FuncFormatter(lambda v, _pos: fmt.num(v)))
+        marked = _mark_overloaded(ax, piv, over)
         if best is not None:
             j, i = list(piv.columns).index(best[0]), list(piv.index).index(best[1])
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, ec="red", lw=2.5,
                                    label="best throughput under SLO"))
+        if best is not None or marked:
             ax.legend(loc="upper left", fontsize=7, bbox_to_anchor=(0, -0.18))
     others = [c for c in ("allocator", "block_size", "gpu_memory_utilization", "seed", "reservation",
                           "max_num_seqs", "preemption") if c in ok and c not in (x, y) and ok[c].nunique() > 1]
     slo_txt = ", ".join(f"{m} {op} {v:g}" for m, op, v in slo) or "none"
     verdict = "no cell meets the SLO" if best is None else f"best: {x}={best[0]}, {y}={best[1]}"
     extra = f" | averaged over {', '.join(others)}" if others else ""
+    if over is not None and (over.to_numpy(dtype=float) > 0).any():
+        extra += f" | {int((over.to_numpy(dtype=float) > 0).sum())} overloaded cell(s) hatched"
     fig.suptitle(sweep_info(ok).title(f"Sweep over {x} x {y} | SLO: {slo_txt} ({verdict}){extra}"),
                  fontsize=10)
     fig.tight_layout()

@@ -8,7 +8,8 @@ Differences from V1:
   together, forked from the leader's block table (:mod:`sim.kv.sharing`), and copy a shared
   last block before writing into it; beam groups re-fork every step, seeded by ``rng``.
 
-(The vllm-0.33 preset with ``--no-enable-chunked-prefill`` also runs this step shape today.)
+Only the ``paper-v0`` preset (and fork + copy-on-write sharing) runs this step shape; the V1
+presets without chunked prefill keep V1's mixed steps (:class:`~sim.sched.scheduler.Scheduler`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sim.sched.scheduler import Scheduler
 
 class PaperV0Scheduler(Scheduler):
     chunked_prefill = False
+    mixed_steps = False
 
     def __init__(self, *args: Any, fork_cow: bool = False,
                  rng: np.random.Generator | None = None, **kw: Any) -> None:

@@ -19,12 +19,20 @@ def victim_last(running: Sequence[Request]) -> int:
 
 
 def victim_lowest_priority(running: Sequence[Request]) -> int:
-    """vLLM PRIORITY: max (priority, arrival); larger priority value = less important."""
+    """vLLM PRIORITY: ``max(running, key=(priority, arrival_time))``; a larger priority value is
+    less important, and of equal priorities the latest arrival goes first.
+
+    vLLM's ``arrival_time`` is the wall clock when the engine received the request, so two
+    requests never tie: of requests with the same trace arrival (common in Mooncake traces),
+    the one submitted later has the larger time and is preempted first. Submission order is
+    ``uid`` order, so ties on ``(priority, arrival_s)`` go to the larger ``uid`` -- the newest,
+    not the first one in the running list (which ``max`` alone would pick).
+    """
     best = 0
+    b = running[0]
     for i, r in enumerate(running):
-        b = running[best]
-        if (r.priority, r.arrival_s) > (b.priority, b.arrival_s):
-            best = i
+        if (r.priority, r.arrival_s, r.uid) > (b.priority, b.arrival_s, b.uid):
+            best, b = i, r
     return best
 
 

@@ -47,6 +47,11 @@ class Recompute:
     def resume(self, sched: Scheduler, plan: StepPlan, budget: int) -> int:
         return budget
 
+    def forget(self, sched: Scheduler, req: Request) -> None:
+        """Drop a preempted request that finished after all (async scheduling: its last token
+        was in flight when it was preempted)."""
+        sched.waiting.remove(req)
+
 
 class Swap(Recompute):
     name = "swap"
@@ -86,3 +91,10 @@ class Swap(Recompute):
             plan.scheduled.append((r, n))
             budget -= n
         return budget
+
+    def forget(self, sched: Scheduler, req: Request) -> None:
+        if req.status is Status.SWAPPED:
+            self.swapped.remove(req)
+            self.cpu_used_blocks -= cdiv(req.num_computed_tokens, sched.kv.block_size)
+        else:
+            super().forget(sched, req)

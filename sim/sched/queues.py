@@ -25,6 +25,7 @@ class WaitQueue(Protocol):
     def peek(self) -> Request | None: ...
     def pop(self) -> Request: ...
     def prepend(self, req: Request) -> None: ...
+    def remove(self, req: Request) -> None: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[Request]: ...
 
@@ -61,6 +62,13 @@ class PriorityQueue(list[tuple[int, float, int, Request]]):
 
     def prepend(self, req: Request) -> None:
         self.add(req)
+
+    def remove(self, req: Request) -> None:  # type: ignore[override]
+        """Take ``req`` out wherever it sits (rare: a preempted request that finished)."""
+        i = next(i for i, item in enumerate(list.__iter__(self)) if item[3] is req)
+        self[i] = self[-1]
+        list.pop(self)
+        heapq.heapify(self)
 
     def __iter__(self) -> Iterator[Request]:  # type: ignore[override]
         return (item[3] for item in list.__iter__(self))

@@ -9,24 +9,34 @@ applies its outcome. Everything that is a choice is passed in:
               choose_victim=victim_last)        # who is preempted     sim/sched/policies.py
 
 The paper's V0 behaviour (prefill-only steps, fork + copy-on-write, beam re-forks) is the
-subclass in :mod:`sim.sched.paper_v0`.
+subclass in :mod:`sim.sched.paper_v0`; vLLM's async scheduling (step k+1 planned while step k
+runs) the subclass in :mod:`sim.sched.async_scheduler`; speculative decoding is a :class:`SpecDecode`
+passed in (:mod:`sim.sched.spec_decode`).
 """
 
 from __future__ import annotations
 
-from sim.kv.base import KvAllocator
+from sim.kv.base import CPU_HIT, KvAllocator
 from sim.request import Request, Status
 from sim.sched.admission import Admission
 from sim.sched.plan import PrefixStats, StepPlan
 from sim.sched.policies import VictimPolicy, victim_last
 from sim.sched.preemption import Recompute
 from sim.sched.queues import FcfsQueue, WaitQueue
+from sim.sched.spec_decode import SpecDecode
 
 
 class Scheduler:
-    """vLLM V1: running requests first (decodes, chunked prefills), then new admissions."""
+    """vLLM V1: running requests first (decodes, chunked prefills), then new admissions.
+
+    Without chunked prefill (``chunked_prefill=False``) a step still mixes decodes and prompts,
+    as vLLM V1 does; a prompt that does not fit the rest of the token budget waits (whole
+    prompts only). The paper's prefill-only steps are :class:`~sim.sched.paper_v0.PaperV0Scheduler`.
+    """
 
     chunked_prefill = True
+    mixed_steps = True                 # decodes and prompts share a step (paper-v0: prompts only)
+    async_scheduling = False           # sim/sched/async_scheduler.py
 
     def __init__(
         self,
@@ -39,7 +49,16 @@ class Scheduler:
         preemption: Recompute | None = None,
         choose_victim: VictimPolicy = victim_last,
         long_prefill_token_threshold: int = 0,
+        chunked_prefill: bool | None = None,
+        spec: SpecDecode | None = None,
+        max_model_len: int = 1 << 62,
     ) -> None:
+        if chunked_prefill is not None:
+            self.chunked_prefill = chunked_prefill
+        self.spec = spec
+        self.spec_tokens = spec.num_speculative_tokens if spec is not None else 0
+        self.lookahead = spec.lookahead if spec is not None else 0
+        self.max_model_len = max_model_len
         self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -91,23 +110,36 @@ class Scheduler:
         # Fast path: a decode whose token lands inside its last block (c % B != 0) needs no new
         # block and cannot fail; only a block it fills must be registered in the prefix cache.
         # A slab's chunk always has room.
+        # Sliding-window KV groups (sim/kv/coordinator.py) may release a block on any step: no fast path.
         B = kv.block_size if kv.paged else 0
         register = kv.register_full_blocks if B and getattr(kv, "enable_caching", False) else None
+        # Speculative decoding: a decode carries its draft tokens (no fast path, see _grow).
+        fast = not getattr(kv, "allocates_every_step", False) and not self.spec_tokens
+        spec = self.spec_tokens
+        lag = self.async_scheduling
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
             c = r.num_computed_tokens
             n = r.num_tokens - c
-            if n == 1 and (not B or c % B):
-                if register is not None and (c + 1) % B == 0:
-                    register(r, c + 1)
-                scheduled.append((r, 1))
-                budget -= 1
-                i += 1
-                continue
+            if n == 1:
+                if lag and r.num_output >= r.output_tokens:
+                    i += 1  # async: its last token is in flight; vLLM schedules no extra step
+                    continue
+                if fast and (not B or c % B):
+                    if register is not None and (c + 1) % B == 0 and not r.pending_output:
+                        register(r, c + 1)  # (a token in flight registers one step later)
+                    scheduled.append((r, 1))
+                    budget -= 1
+                    i += 1
+                    continue
+                if spec and r.num_output:
+                    n += spec  # vLLM num_tokens_with_spec: the drafts proposed after its last step
             if 0 < thr < n and (len(running) + self.num_waiting) > 1:
                 n = thr
             n = min(n, budget)
+            if spec:
+                n = min(n, self.max_model_len - 1 - c)  # no position past max_model_len
             if n <= 0:
                 i += 1
                 continue
@@ -141,8 +173,28 @@ class Scheduler:
         return plan
 
     def _grow(self, r: Request, n: int) -> bool:
-        """Room for ``n`` more tokens of a running request (no admission rules apply)."""
-        return self.kv.allocate(r, n)
+        """Room for ``n`` more tokens of a running request (no admission rules apply), plus the
+        speculative drafter's lookahead slots (vLLM ``allocate_slots(num_lookahead_tokens=)``,
+        capped at ``max_model_len``).
+
+        The allocator registers full blocks up to ``min(computed + new, num_tokens)``; vLLM's bound
+        is ``min(computed + n, tokens the scheduler has seen)``. Lookahead slots are not tokens, and
+        under async scheduling a token in flight is not seen yet (``pending_output``), so for those
+        two cases the request shows the allocator its seen count during the call.
+        """
+        la, pend = self.lookahead, r.pending_output
+        if not la and not pend:
+            return self.kv.allocate(r, n)
+        c, full = r.num_computed_tokens, r.num_tokens
+        take = min(n + la, self.max_model_len - c)
+        seen = min(full - pend, c + n)
+        if seen == min(c + take, full):
+            return self.kv.allocate(r, take)
+        r.num_tokens = seen
+        try:
+            return self.kv.allocate(r, take)
+        finally:
+            r.num_tokens = full
 
     def admit(self, plan: StepPlan, budget: int, now: float, step: int) -> None:
         """Admit waiting requests in queue order until one does not fit (head-of-line)."""
@@ -167,6 +219,8 @@ class Scheduler:
                 break
             self.waiting.pop()
             self._started(r, n, plan, now, step)
+            if hits and hits[-1] == CPU_HIT:  # blocks loaded from the CPU offload tier (sim/kv/offload.py)
+                plan.swap_in_blocks += hits.count(CPU_HIT)
             resumed = r.status == Status.PREEMPTED
             r.status = Status.RUNNING
             r.num_computed_tokens = hit_tokens
@@ -202,17 +256,30 @@ class Scheduler:
     def update(self, plan: StepPlan, end: float, step: int) -> list[Request]:
         """Advance computed tokens and sample; returns the requests whose last token was sampled
         (still in ``running``: the step kernel finishes them)."""
+        if self.spec is not None:
+            return self.spec.update(plan, end)
         done = []
         for r, n in plan.scheduled:
             if r.advance(n, end) and r.num_output >= r.output_tokens:
                 done.append(r)
         return done
 
+    def output(self, plan: StepPlan) -> None:
+        """The step's sampled tokens reach the scheduler: nothing to do here (they were seen at
+        :meth:`update`; async scheduling sees them one step later)."""
+        return None
+
     def finish(self, done: list[Request], end: float, step: int) -> None:
-        """Take finished requests out of ``running`` (order kept) and free them, in ``done`` order."""
+        """Take finished requests out of ``running`` (order kept) and free them, in ``done`` order.
+
+        Under async scheduling a request may have been preempted while its last token was in
+        flight; it finishes all the same (vLLM: ``stopped_preempted_reqs``), out of the queue.
+        """
         if not done:
             return
         for r in done:
+            if r.status is not Status.RUNNING:
+                self.preemption.forget(self, r)
             self.kv.free(r)
             r.status = Status.FINISHED
             r.finish_s, r.finish_step = end, step

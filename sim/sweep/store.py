@@ -66,6 +66,8 @@ class SweepStore:
 
 _DTYPES = {int: "Int64", int | None: "Int64", float: "float64", float | None: "float64",
            bool: "boolean", bool | None: "boolean"}
+#: metric columns a failed point leaves empty, typed as if every point had them
+_METRIC_DTYPES = {"overloaded": "boolean", "backlog_at_last_arrival": "Int64"}
 
 
 def _typed_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -76,7 +78,7 @@ def _typed_columns(df: pd.DataFrame) -> pd.DataFrame:
     """
     for c in df.columns:
         f = SimConfig.model_fields.get(c)
-        dtype = _DTYPES.get(f.annotation) if f is not None else None  # type: ignore[arg-type]
+        dtype = _DTYPES.get(f.annotation) if f is not None else _METRIC_DTYPES.get(c)  # type: ignore[arg-type]
         if dtype is not None:
             col = df[c].astype(object).where(df[c].notna(), None)
             df[c] = pd.array(col.tolist(), dtype=dtype)

@@ -34,6 +34,8 @@ def load_spec(path: str | Path) -> Spec:
         raw = yaml.safe_load(p.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: cannot read the spec ({e})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark is not None else str(p)

@@ -47,4 +47,4 @@ def read(ctx: ReadContext) -> Iterator[pd.DataFrame]:
         yield check_columns(raw, cols, lines[~bad_ts], ctx.bad)
 
 
-READER = Reader("azure", sniff, read, rebase=True)
+READER = Reader("azure", sniff, read, rebase=True, columns=COLUMNS)

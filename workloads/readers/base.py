@@ -53,9 +53,12 @@ class Reader:
         sniff: ``sniff(first_line)`` is True when the file looks like this format.
         read: yields chunks with normalized columns plus ``source_line``.
         rebase: arrival times are absolute; shift them so the first request arrives at 0.
+        columns: the columns (CSV) or keys (JSON) the format needs; detection names the
+            missing ones when a header resembles this format but ``sniff`` rejects it.
     """
 
     name: str
     sniff: Callable[[str], bool]
     read: ChunkReader
     rebase: bool = False
+    columns: tuple[str, ...] = ()

@@ -46,4 +46,4 @@ def read(ctx: ReadContext) -> Iterator[pd.DataFrame]:
     ctx.notes.append(f"dropped {failed} failed requests (Response tokens == 0)")
 
 
-READER = Reader("burstgpt", sniff, read, rebase=True)
+READER = Reader("burstgpt", sniff, read, rebase=True, columns=COLUMNS[:4] + COLUMNS[5:])

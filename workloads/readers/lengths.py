@@ -43,4 +43,4 @@ def read(ctx: ReadContext) -> Iterator[pd.DataFrame]:
         f"Poisson arrivals at {rate:g} req/s (seed {ctx.opts.seed})" if rate else "all requests arrive at t=0"))
 
 
-READER = Reader("lengths", sniff, read)
+READER = Reader("lengths", sniff, read, columns=COLUMNS)

@@ -51,4 +51,4 @@ def read(ctx: ReadContext) -> Iterator[pd.DataFrame]:
         yield df
 
 
-READER = Reader("mooncake", sniff, read)
+READER = Reader("mooncake", sniff, read, columns=FIELDS)

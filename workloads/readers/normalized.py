@@ -17,7 +17,13 @@ from sim.errors import TraceError
 from workloads.readers.base import ReadContext, Reader
 from workloads.readers.jsonl import iter_jsonl, parse_int_lists, require_fields
 from workloads.rows import CHUNK_ROWS, Col, check_columns, iter_csv
-from workloads.schema import OPTIONAL_INT, OPTIONAL_LIST, REQUIRED
+from workloads.schema import (
+    DEFAULT_TOKENS_PER_HASH,
+    OPTIONAL_DEFAULTS,
+    OPTIONAL_INT,
+    OPTIONAL_LIST,
+    REQUIRED,
+)
 
 PARQUET_MAGIC = b"PAR1"
 _MIN = {"tokens_per_hash": 1, "n": 1, "beam_width": 1, "priority": -np.inf}
@@ -44,6 +50,9 @@ def _normalize(raw: pd.DataFrame, lines: np.ndarray, ctx: ReadContext) -> pd.Dat
             ok &= parse_int_lists(vals, lines, c, ctx.bad)
             raw[c] = vals
     raw, lines = raw[ok].reset_index(drop=True), lines[ok]
+    for c, default in {**OPTIONAL_DEFAULTS, "tokens_per_hash": DEFAULT_TOKENS_PER_HASH}.items():
+        if c in raw.columns:  # a JSON object that leaves out an optional key means its default
+            raw[c] = raw[c].where(raw[c].notna(), default)
     df = check_columns(raw, cols, lines, ctx.bad)
     idx = pd.Index(lines).get_indexer(df["source_line"])
     known = {c.out for c in cols} | {"source_line"}
@@ -52,7 +61,27 @@ def _normalize(raw: pd.DataFrame, lines: np.ndarray, ctx: ReadContext) -> pd.Dat
             df[c] = raw[c].to_numpy()[idx]
     if "request_id" in df.columns:
         df["request_id"] = df["request_id"].astype(str)
-    return df
+    return _check_hash_coverage(df, ctx)
+
+
+def _check_hash_coverage(df: pd.DataFrame, ctx: ReadContext) -> pd.DataFrame:
+    """Report (and drop) rows whose ``hash_ids`` cover fewer tokens than the prompt.
+
+    A prompt block past the last id would have no content of its own and would falsely share
+    KV with every other request's uncovered blocks; Mooncake's reader checks the same.
+    """
+    if "hash_ids" not in df.columns or not len(df):
+        return df
+    tph = (df["tokens_per_hash"].to_numpy() if "tokens_per_hash" in df.columns
+           else np.full(len(df), DEFAULT_TOKENS_PER_HASH, dtype=np.int64))
+    ids = df["hash_ids"].map(len).to_numpy(dtype=np.int64)
+    prompt = df["prompt_tokens"].to_numpy()
+    short = ids * tph < prompt
+    for i in np.flatnonzero(short):
+        ctx.bad.report(int(df["source_line"].iloc[i]), "hash_ids",
+                       f"{ids[i]} ids x tokens_per_hash {tph[i]} cover {ids[i] * tph[i]} tokens, fewer than "
+                       f"prompt_tokens {prompt[i]} (needs at least {-(-prompt[i] // tph[i])} ids)")
+    return df[~short].reset_index(drop=True) if short.any() else df
 
 
 def read(ctx: ReadContext) -> Iterator[pd.DataFrame]:
@@ -80,4 +109,4 @@ def read(ctx: ReadContext) -> Iterator[pd.DataFrame]:
         yield _normalize(raw.replace("", np.nan).infer_objects(), lines, ctx)
 
 
-READER = Reader("normalized", sniff, read)
+READER = Reader("normalized", sniff, read, columns=REQUIRED)

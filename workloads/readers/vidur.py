@@ -27,4 +27,4 @@ def read(ctx: ReadContext) -> Iterator[pd.DataFrame]:
         yield check_columns(raw, cols, lines, ctx.bad)
 
 
-READER = Reader("vidur", sniff, read)
+READER = Reader("vidur", sniff, read, columns=COLUMNS)
