@@ -35,6 +35,7 @@ from sim.step import InFlight, StepKernel
 Pull = Callable[[float], None]
 NextArrival = Callable[[], float]
 NO_PLAN = StepPlan()  # a window step that admitted nothing (read only: its record's zero counts)
+NONE: list[Request] = []  # no request finishes in this step (read only)
 
 
 def fast_forward_async(k: StepKernel, f: InFlight, pull_due: Pull,
@@ -68,7 +69,10 @@ def _window(k: StepKernel, f: InFlight, pull_due: Pull, next_arrival: NextArriva
         left = r.output_tokens - r.num_output
         if not left:
             continue  # in f.done: skipped in the next plan, freed when f lands
-        fin.setdefault(left, []).append(r)
+        if left in fin:
+            fin[left].append(r)
+        else:
+            fin[left] = [r]
         c = r.num_computed_tokens
         c0_sum += c
         decoders += 1
@@ -149,11 +153,14 @@ def _window(k: StepKernel, f: InFlight, pull_due: Pull, next_arrival: NextArriva
                     if paged:
                         buckets[(1 - c0) % B].append(r)
                         pages += len(r.kv.blocks)
-                    fin.setdefault(s1 + left, []).append(r)
+                    if s1 + left in fin:
+                        fin[s1 + left].append(r)
+                    else:
+                        fin[s1 + left] = [r]
                 else:
                     partial.add(r.uid)  # a chunked prefill remains: the next plan is exact
         s = s1
-        done = fin.pop(s1, [])
+        done = fin.pop(s1, NONE)
         if done:  # sampled their last token: out of the decoders, real counts, freed when s1 lands
             done.sort(key=_seq)
             for r in done:
