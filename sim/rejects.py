@@ -4,7 +4,8 @@ category) and a human-readable detail with the numbers (the ``reject_detail`` co
 ======================== ==============================================================
 code                     the request ...
 ======================== ==============================================================
-``max_model_len``        has prompt + output > ``max_model_len`` (vLLM's API server rejects it)
+``max_model_len``        has a prompt of ``max_model_len`` tokens or more (vLLM rejects it; longer
+                         outputs are cut at the limit instead, ``finish_reason`` = length)
 ``max_num_batched_tokens`` has a prompt longer than one step's token budget, without chunked prefill
 ``kv_pool``              can never be placed in the KV pool, even when it is empty
 ======================== ==============================================================

@@ -24,8 +24,10 @@ from matplotlib.patches import Patch, Rectangle
 from sim.build import build, new_replica
 from sim.config import SimConfig
 from sim.engine import Replica
+from sim.errors import ConfigError
 from sim.ingest import make_requests
 from sim.kv.paged import PagedAllocator
+from sim.kv.slab import SlabAllocator
 from sim.plots.common import RunInfo, config_label
 from workloads import Trace
 
@@ -109,6 +111,10 @@ def record_layout(cfg: SimConfig, trace: Trace) -> Layout:
     """Replay ``trace`` (keep it small: one snapshot per step) and snapshot the pool each step."""
     parts = build(cfg)
     kv, cost = parts.kv, parts.cost
+    if not isinstance(kv, (PagedAllocator, SlabAllocator)):
+        raise ConfigError(f"plot memmap: {cfg.model} has sliding-window or chunked-local layers (several "
+                          "KV-cache groups); the memory map draws one group only -- use a full-attention model "
+                          "or --disable-hybrid-kv-cache-manager")
     info = RunInfo(Path(trace.path).name, cfg.model, cfg.gpu, cost.name, config_label(cfg.model_dump()))
     paged = isinstance(kv, PagedAllocator)
     lay = Layout("paged" if paged else "slab", kv.block_size if paged else 1, info)
