@@ -22,6 +22,30 @@ from sim.kv.free_queue import FreeQueue
 FREE_ORDERS = ("front-tail", "tail", "stack")
 
 
+class PoolCounters:
+    """The capacity counters of an allocator that hands out blocks of one :class:`BlockPool`
+    (the paged allocator and the hybrid coordinator alike)."""
+
+    pool: BlockPool
+    usable_blocks: int
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.free_queue.size
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - self.pool.free_queue.size / self.usable_blocks
+
+    @property
+    def evictions(self) -> int:
+        return self.pool.evictions
+
+    @property
+    def shared_excess(self) -> int:
+        return self.pool.shared_excess
+
+
 class BlockPool:
     def __init__(self, num_blocks: int, *, null_block: bool = True,
                  free_order: str = "front-tail") -> None:

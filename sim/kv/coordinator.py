@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from sim.kv.base import MemoryBreakdown
-from sim.kv.block_pool import BlockPool
+from sim.kv.block_pool import BlockPool, PoolCounters
 from sim.kv.block_table import BlockTable
 from sim.kv.hashing import BlockHasher
 from sim.kv.hybrid_hits import longest_hit
@@ -36,7 +36,7 @@ from sim.kv.window import NULL, KvGroup, Lookup, skipped_tokens
 from sim.request import Request
 
 
-class HybridAllocator:
+class HybridAllocator(PoolCounters):
     """KV-cache groups sharing one pool; implements :class:`~sim.kv.base.KvAllocator`."""
 
     paged = True
@@ -59,22 +59,7 @@ class HybridAllocator:
         self._specs = sorted(by_spec.items(), key=lambda s: s[0].windowed)  # full attention first
         self._simple = len(self._specs) == 2 and not self._specs[0][0].windowed
 
-    # ---- capacity -----------------------------------------------------------------------------
-    @property
-    def num_free_blocks(self) -> int:
-        return self.pool.free_queue.size
-
-    @property
-    def usage(self) -> float:
-        return 1.0 - self.pool.free_queue.size / self.usable_blocks
-
-    @property
-    def evictions(self) -> int:
-        return self.pool.evictions
-
-    @property
-    def shared_excess(self) -> int:
-        return self.pool.shared_excess
+    # ---- capacity (num_free_blocks, usage, evictions, shared_excess: PoolCounters) ----------
 
     def _handle(self, req: Request) -> HybridTable:
         t = req.kv

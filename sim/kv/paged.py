@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 
 from sim.kv.base import MemoryBreakdown, cdiv
-from sim.kv.block_pool import BlockPool
+from sim.kv.block_pool import BlockPool, PoolCounters
 from sim.kv.block_table import BlockTable
 from sim.kv.hashing import UNIQUE_BASE, BlockHasher, shared_prefix_blocks
 from sim.request import Request
@@ -34,7 +34,7 @@ def table_of(req: Request) -> BlockTable:
     return t  # type: ignore[no-any-return]
 
 
-class PagedAllocator:
+class PagedAllocator(PoolCounters):
     """Block pool with a prefix cache (see :mod:`sim.kv.block_pool` for the free order)."""
 
     paged = True
@@ -58,22 +58,7 @@ class PagedAllocator:
         self.exact_fill = exact_fill  # shared blocks may be partial (fork mode): see breakdown
         self._null_slots = (num_blocks - self.usable_blocks) * block_size
 
-    # ---- capacity -----------------------------------------------------------------------------
-    @property
-    def num_free_blocks(self) -> int:
-        return self.pool.free_queue.size
-
-    @property
-    def usage(self) -> float:
-        return 1.0 - self.pool.free_queue.size / self.usable_blocks
-
-    @property
-    def evictions(self) -> int:
-        return self.pool.evictions
-
-    @property
-    def shared_excess(self) -> int:
-        return self.pool.shared_excess
+    # ---- capacity (num_free_blocks, usage, evictions, shared_excess: PoolCounters) ----------
 
     def num_held_blocks(self, req: Request) -> int:
         t = req.kv

@@ -60,16 +60,21 @@ def skipped_tokens(g: KvGroup, computed: int) -> int:
     return 0
 
 
-def full_hit(lookup: Lookup, max_blocks: int, ngroups: int) -> list[list[int]]:
-    """Full attention: cached blocks from the left until the first miss."""
-    out: list[list[int]] = [[] for _ in range(ngroups)]
-    for j in range(max_blocks):
+def _hits_from(lookup: Lookup, start: int, stop: int, ngroups: int) -> list[list[int]]:
+    """Nulls for blocks ``0..start``, then cached blocks from ``start`` until the first miss."""
+    out = [[NULL] * start for _ in range(ngroups)]
+    for j in range(start, stop):
         blocks = lookup(j)
         if blocks is None:
             break
         for o, b in zip(out, blocks, strict=True):
             o.append(b)
     return out
+
+
+def full_hit(lookup: Lookup, max_blocks: int, ngroups: int) -> list[list[int]]:
+    """Full attention: cached blocks from the left until the first miss."""
+    return _hits_from(lookup, 0, max_blocks, ngroups)
 
 
 def sliding_hit(lookup: Lookup, max_blocks: int, ngroups: int, window: int, B: int) -> list[list[int]]:
@@ -97,14 +102,7 @@ def sliding_hit(lookup: Lookup, max_blocks: int, ngroups: int, window: int, B: i
 def chunked_hit(lookup: Lookup, max_len: int, ngroups: int, chunk: int, B: int) -> list[list[int]]:
     """Chunked local attention: nulls before the chunk of token ``max_len``, then cached blocks."""
     start = max_len // chunk * chunk // B if max_len > 0 else 0
-    out = [[NULL] * start for _ in range(ngroups)]
-    for j in range(start, max_len // B):
-        blocks = lookup(j)
-        if blocks is None:
-            break
-        for o, b in zip(out, blocks, strict=True):
-            o.append(b)
-    return out
+    return _hits_from(lookup, start, max_len // B, ngroups)
 
 
 def group_hit(g: KvGroup, lookup: Lookup, max_len: int, ngroups: int, B: int) -> list[list[int]]:
