@@ -29,6 +29,7 @@ from collections.abc import Callable
 from functools import partial
 
 from sim.cost import StepBatch
+from sim.ff_decoders import join, leave
 from sim.kv.paged import PagedAllocator
 from sim.records import record_from_tuple as record
 from sim.request import Request
@@ -68,12 +69,6 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
     for r in running:
         if r.num_tokens - r.num_computed_tokens != 1 or not r.num_output:
             return t
-    for r in running:
-        left = r.output_tokens - r.num_output
-        if left in fin:
-            fin[left].append(r)
-        else:
-            fin[left] = [r]
     paged = isinstance(kv, PagedAllocator)  # else a slab: no blocks to hand out mid-window
     B = kv.block_size
     page = k.page_size
@@ -86,11 +81,8 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
     c0_sum = 0
     pages = 0
     for r in running:
-        c = r.num_computed_tokens
-        c0_sum += c
-        if paged:
-            buckets[(1 - c) % B].append(r)
-            pages += len(r.kv.blocks)
+        c0_sum += r.num_computed_tokens
+        pages += join(r, r.output_tokens - r.num_output, fin, buckets, paged)
     decoders = R                      # requests in the virtual representation
     step_cost, log_row, bb = k.cost.step_time, k.log.append, k.block_bytes
     max_seqs = sched.max_num_seqs
@@ -142,16 +134,9 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
                     r.num_computed_tokens -= s1
                     r.num_output -= s1
                     r.num_tokens -= s1
-                    c0 = r.num_computed_tokens
-                    c0_sum += c0
+                    c0_sum += r.num_computed_tokens
                     decoders += 1
-                    if paged:
-                        buckets[(1 - c0) % B].append(r)
-                        pages += len(r.kv.blocks)
-                    if s1 + left in fin:
-                        fin[s1 + left].append(r)
-                    else:
-                        fin[s1 + left] = [r]
+                    pages += join(r, s1 + left, fin, buckets, paged)
                 else:
                     partial.add(r.uid)  # a chunked prefill remains: the next step is exact
         s = s1
@@ -166,12 +151,9 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
             # finish as the exact path does: in running order, freeing each request's blocks
             done.sort(key=_seq)
             for r in done:
-                c0 = r.num_computed_tokens
-                c0_sum -= c0
+                c0_sum -= r.num_computed_tokens
                 decoders -= 1
-                if paged:
-                    buckets[(1 - c0) % B].remove(r)
-                    pages -= len(r.kv.blocks)
+                pages -= leave(r, buckets, paged)
                 r.num_computed_tokens += s1
                 r.num_output += s1
                 r.num_tokens += s1

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sim.fastforward import _seq, new_batch
+from sim.ff_decoders import join, leave
 from sim.kv.paged import PagedAllocator
 from sim.records import record_from_tuple as record
 from sim.request import Request
@@ -69,16 +70,9 @@ def _window(k: StepKernel, f: InFlight, pull_due: Pull, next_arrival: NextArriva
         left = r.output_tokens - r.num_output
         if not left:
             continue  # in f.done: skipped in the next plan, freed when f lands
-        if left in fin:
-            fin[left].append(r)
-        else:
-            fin[left] = [r]
-        c = r.num_computed_tokens
-        c0_sum += c
+        c0_sum += r.num_computed_tokens
         decoders += 1
-        if paged:
-            buckets[(1 - c) % B].append(r)
-            pages += len(r.kv.blocks)
+        pages += join(r, left, fin, buckets, paged)
     step_cost, log_row, bb = k.cost.step_time, k.log.append, k.block_bytes
     breakdown, peek = kv.breakdown, sched.waiting.peek
     prev_plan, prev_batch, dt_prev, t_prev, pend_done = f.plan, f.batch, f.dt, f.start, f.done
@@ -147,16 +141,9 @@ def _window(k: StepKernel, f: InFlight, pull_due: Pull, next_arrival: NextArriva
                     r.num_computed_tokens -= s1  # join the decoders at virtual c0 = computed - s1
                     r.num_output -= s1
                     r.num_tokens -= s1
-                    c0 = r.num_computed_tokens
-                    c0_sum += c0
+                    c0_sum += r.num_computed_tokens
                     decoders += 1
-                    if paged:
-                        buckets[(1 - c0) % B].append(r)
-                        pages += len(r.kv.blocks)
-                    if s1 + left in fin:
-                        fin[s1 + left].append(r)
-                    else:
-                        fin[s1 + left] = [r]
+                    pages += join(r, s1 + left, fin, buckets, paged)
                 else:
                     partial.add(r.uid)  # a chunked prefill remains: the next plan is exact
         s = s1
@@ -164,12 +151,9 @@ def _window(k: StepKernel, f: InFlight, pull_due: Pull, next_arrival: NextArriva
         if done:  # sampled their last token: out of the decoders, real counts, freed when s1 lands
             done.sort(key=_seq)
             for r in done:
-                c0 = r.num_computed_tokens
-                c0_sum -= c0
+                c0_sum -= r.num_computed_tokens
                 decoders -= 1
-                if paged:
-                    buckets[(1 - c0) % B].remove(r)
-                    pages -= len(r.kv.blocks)
+                pages -= leave(r, buckets, paged)
                 r.num_computed_tokens += s1
                 r.num_output += s1
                 r.num_tokens += s1

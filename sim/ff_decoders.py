@@ -1,0 +1,33 @@
+"""The virtual decoder set of a fast-forward window, shared by the sync and async windows.
+
+A decoder in a window keeps its token counts at its virtual start ``c0`` and sits in two
+indexes: ``buckets[(1 - c0) % B]`` (the window step at which it needs its next block) and
+``fin[step]`` (the window step that samples its last token). The running sums (``c0_sum``,
+number of decoders, pages held) stay locals of the window loop, which reads them every step;
+these helpers maintain the indexes and return the pages to add or take away.
+"""
+
+from __future__ import annotations
+
+from sim.request import Request
+
+
+def join(r: Request, finish_at: int, fin: dict[int, list[Request]], buckets: list[list[Request]],
+         paged: bool) -> int:
+    """Index a decoder (its counts already at ``c0``); returns the pages it holds."""
+    if finish_at in fin:
+        fin[finish_at].append(r)
+    else:
+        fin[finish_at] = [r]
+    if not paged:
+        return 0
+    buckets[(1 - r.num_computed_tokens) % len(buckets)].append(r)
+    return len(r.kv.blocks)
+
+
+def leave(r: Request, buckets: list[list[Request]], paged: bool) -> int:
+    """Take a decoder (counts still at ``c0``) out of its block bucket; returns its pages."""
+    if not paged:
+        return 0
+    buckets[(1 - r.num_computed_tokens) % len(buckets)].remove(r)
+    return len(r.kv.blocks)
