@@ -14,7 +14,7 @@ One run = load the trace (not timed), then time ``simulate(make_config(**CONFIG)
 number of engine steps (rows of ``result.steps``) and of preemptions (sum of
 ``result.requests.num_preemptions``): the redesign must not change behaviour, so these must
 be equal on both sides, and a loud MISMATCH is printed when they are not. Only the API
-shared by both trees is used (``sim.config.make_config``, ``sim.run.simulate``,
+shared by both trees is used (``sim.config.schema.make_config``, ``sim.run.simulate.simulate``,
 ``workloads.load_trace``, the two frames), never the summary, whose type is changing.
 
 This parent process imports nothing from either tree, so it runs even while the working
@@ -61,8 +61,8 @@ WORKER = r"""
 import dataclasses, json, os, sys, time
 job = json.loads(sys.argv[1])
 import sim, workloads
-from sim.config import make_config
-from sim.run import simulate
+from sim.config.schema import make_config
+from sim.run.simulate import simulate
 from workloads import load_trace
 tree = os.path.realpath(job["tree"])
 for mod in (sim, workloads):

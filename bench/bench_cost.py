@@ -12,7 +12,7 @@ from __future__ import annotations
 import timeit
 
 from sim.cost import StepBatch, build_cost_model
-from sim.specs import resolve_gpu, resolve_model
+from sim.model.catalog import resolve_gpu, resolve_model
 
 
 def per_call_ns(cost: object, batches: list[StepBatch]) -> float:

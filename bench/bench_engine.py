@@ -16,8 +16,8 @@ import argparse
 import time
 from pathlib import Path
 
-from sim.config import make_config
-from sim.run import simulate
+from sim.config.schema import make_config
+from sim.run.simulate import simulate
 from workloads import load_trace
 
 

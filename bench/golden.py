@@ -7,8 +7,8 @@ requests frame, the steps frame and the summary column by column::
     python bench/golden.py save  OUT_AFTER      # on the change
     python bench/golden.py diff  OUT_BEFORE OUT_AFTER
 
-Only the public API is used (``sim.run.simulate``, ``sim.config.make_config``,
-``workloads.loader.load_trace``), so the script runs unchanged on both sides of a move.
+Only the public API is used (``sim.simulate``, ``sim.make_config``, ``workloads.loader.load_trace``;
+before the layout move ``sim.run`` and ``sim.config``), so the script runs unchanged on both sides of a move.
 The Mooncake configuration needs the optional trace (``KVSIM_DATA`` or ``--data``); it is
 skipped, and said so, when the file is absent.
 """
@@ -70,8 +70,11 @@ def _trace(kind: str, data: Path | None) -> Any:
 
 
 def save(out: Path, data: Path | None) -> None:
-    from sim.config import make_config
-    from sim.run import simulate
+    try:  # the public API since the layout move (sim.run is a package now)
+        from sim import make_config, simulate
+    except ImportError:
+        from sim.config import make_config
+        from sim.run import simulate
 
     out.mkdir(parents=True, exist_ok=True)
     traces: dict[str, Any] = {}

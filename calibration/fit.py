@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from calibration.features import ATTN_TERMS, GEMM_TERMS, attention_features, gemm_features
 from calibration.nnls_fit import ape, fit_terms
+from sim.cost.features import ATTN_TERMS, GEMM_TERMS, attention_features, gemm_features
 
 SCHEMA = "kvsim-calibration/1"
 # Datasheet peaks for the c_roof feature (sim/specs/gpus.yaml; 'cpu' = arbitrary, tests only).
@@ -101,7 +101,7 @@ def fit_dir(data_dir: Path) -> dict[str, Any]:
         "provenance": {k: meta.get(k) for k in ("device_name", "driver", "torch", "triton", "date",
                                                   "git_commit", "git_dirty", "timing")},
     }
-    doc["provenance"]["units"] = "seconds per feature unit (calibration/features.py)"
+    doc["provenance"]["units"] = "seconds per feature unit (sim/cost/features.py)"
     files = {p.stem: pd.read_csv(p) for p in data_dir.glob("*.csv")}
     if "attention" in files:
         doc["attention"] = fit_attention(files["attention"])

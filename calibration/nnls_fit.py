@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import nnls
 
-from calibration.features import Array
+from sim.cost.features import Array
 
 Mask = npt.NDArray[np.bool_]
 

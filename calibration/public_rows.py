@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.specs import resolve_gpu, resolve_model
+from sim.model.catalog import resolve_gpu, resolve_model
 
 _BESIDE = Path(__file__).resolve().parents[2] / "shared" / "gpu_profiles"
 PROFILES = _BESIDE if _BESIDE.exists() else Path("/work/shared/gpu_profiles")

@@ -27,7 +27,7 @@ from sim.cost.predict import batch_for
 from sim.cost.roofline import RooflineCost
 from sim.cost.sources import committed_calibrations
 from sim.cost.stack import Band, ServingStack
-from sim.specs import resolve_gpu, resolve_model
+from sim.model.catalog import resolve_gpu, resolve_model
 
 NULL = ServingStack("none", "GPU kernels only", 0.0, 0.0, 0.0, 0.0, ((1, 0.0),), ((1, 1.0),))
 # the calibrated model as it was before issue 10: a fixed 2 ms per step, every MLP gated

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibration.features import GEMM_TERMS, gemm_features, predict, scale_coefficients
 from calibration.nnls_fit import ape
 from calibration.vidur_profiles import ELEM_OPS, GEMM_OPS, PEAKS, allreduce_table, gemm_shapes
 from calibration.vidur_profiles import _ms as op_seconds
+from sim.cost.features import GEMM_TERMS, gemm_features, predict, scale_coefficients
 from sim.cost.sources import committed_calibrations
 
 NVLINK_GBPS = {"a100": 600.0, "h100": 900.0}

@@ -2,7 +2,7 @@
 
 Source: github.com/microsoft/vidur @ 7d47513, ``data/profiling/`` (MIT; Agrawal et al., MLSys
 2024). Times are per call of one operator on one GPU (one layer), in milliseconds (median column
-used). We fit the *same* model form as for our own kernel (``calibration.features``), so this is
+used). We fit the *same* model form as for our own kernel (``sim.cost.features``), so this is
 the form's first test on real GPU data; the fitted dense / all-reduce terms are used for A100 and
 H100 in the calibrated cost model, labelled ``vidur profiles <gpu>``.
 
@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibration.features import (
+from calibration.nnls_fit import FitResult, fit_terms
+from sim.cost.features import (
     ATTN_TERMS,
     ELEM_TERMS,
     GEMM_TERMS,
@@ -25,7 +26,6 @@ from calibration.features import (
     elementwise_features,
     gemm_features,
 )
-from calibration.nnls_fit import FitResult, fit_terms
 
 _BESIDE = Path(__file__).resolve().parents[2] / "shared" / "gpu_profiles" / "vidur"
 DEFAULT_ROOT = _BESIDE if _BESIDE.exists() else Path("/work/shared/gpu_profiles/vidur")

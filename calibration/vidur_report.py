@@ -14,7 +14,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from calibration.features import ATTN_TERMS, GEMM_TERMS, gemm_features, predict
 from calibration.nnls_fit import ape
 from calibration.vidur_profiles import (
     DEFAULT_ROOT,
@@ -24,6 +23,7 @@ from calibration.vidur_profiles import (
     fit_gpu,
     mlp_tables,
 )
+from sim.cost.features import ATTN_TERMS, GEMM_TERMS, gemm_features, predict
 
 
 def _row(name: str, e: np.ndarray) -> str:

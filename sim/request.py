@@ -52,7 +52,7 @@ class Request:
     finish_step: int = -1
     num_preemptions: int = 0
     prefix_hit_tokens: int = -1    # hit at first admission
-    reject_reason: str = ""        # a code of sim.rejects.CODES ("" while not rejected)
+    reject_reason: str = ""        # a code of sim.io.rejects.CODES ("" while not rejected)
     reject_detail: str = ""        # the reason with its numbers
 
     def __post_init__(self) -> None:

@@ -14,7 +14,7 @@ What counts as an import (rule 1):
   ``a.b`` (a package's ``__init__.py`` is the module ``a.b``). Relative imports are resolved
   against the importing module's package.
 - Imports under ``if TYPE_CHECKING:`` count: they are still a loop between two modules' ideas
-  of each other (issue 9 lists ``sim/engine.py <-> sim/fastforward.py``, whose back edge was
+  of each other (issue 9 lists ``sim/engine/replica.py <-> sim/engine/fastforward/window.py``, whose back edge was
   such an import), and they break as soon as someone needs the name at run time.
 - Imports inside a function or method body count too (``COUNT_FUNCTION_LOCAL_IMPORTS``). A
   lazy import does not fail at import time, but it is still a loop between two modules: issue

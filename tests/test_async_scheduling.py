@@ -11,11 +11,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.build import build
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.kv.paged import PagedAllocator
 from sim.request import Request
-from sim.run import simulate
+from sim.run.build import build
+from sim.run.simulate import simulate
 from sim.sched.async_scheduler import AsyncScheduler
 from sim.sched.scheduler import Scheduler
 from tests.conftest import MOONCAKE_CONV, make_trace

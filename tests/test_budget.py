@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from sim.budget import budget_for
-from sim.config import make_config, parse_bytes
+from sim.config.schema import make_config, parse_bytes
 from sim.errors import ConfigError
 from sim.kv.base import cdiv
-from sim.specs import resolve_model
+from sim.memory.budget import budget_for
+from sim.model.catalog import resolve_model
 
 
 def test_llama_3_1_8b_bytes_per_token_and_block() -> None:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from sim.budget import FP8_LOG_LINE, budget_for
 from sim.cli.options import build_config
-from sim.config import make_config, parse_bytes
+from sim.config.schema import make_config, parse_bytes
 from sim.errors import ConfigError
-from sim.specs import resolve_model
+from sim.memory.budget import FP8_LOG_LINE, budget_for
+from sim.model.catalog import resolve_model
 
 GiB = 2**30
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibration.features import (
+from calibration.nnls_fit import fit_terms, nnls_relative
+from sim.cost import StepBatch, basis_of, build_cost_model
+from sim.cost.calibrated import build_calibrated, committed_calibrations
+from sim.cost.features import (
     ATTN_TERMS,
     attention_features,
     predict,
     scale_coefficients,
 )
-from calibration.nnls_fit import fit_terms, nnls_relative
-from sim.cost import StepBatch, basis_of, build_cost_model
-from sim.cost.calibrated import build_calibrated, committed_calibrations
 from sim.errors import ConfigError
-from sim.specs import resolve_gpu, resolve_model
+from sim.model.catalog import resolve_gpu, resolve_model
 from tests.conftest import SHARED
 
 VIDUR = SHARED / "gpu_profiles" / "vidur"

@@ -17,7 +17,7 @@ from calibration import run_gpu  # noqa: E402
 from calibration.fit import write_fit  # noqa: E402
 from sim.cost import StepBatch, basis_of, build_cost_model  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
-from sim.specs import resolve_gpu, resolve_model  # noqa: E402
+from sim.model.catalog import resolve_gpu, resolve_model  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 import sim.cli.main as cli_main
-from sim import fmt
+from sim.io import fmt
 
 cli_main._load()
 runner = CliRunner()

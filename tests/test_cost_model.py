@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from calibration.features import GEMM_TERMS, gemm_features, predict
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.cost import basis_of, build_cost_model
 from sim.cost.calibrated import build_calibrated
+from sim.cost.features import GEMM_TERMS, gemm_features, predict
 from sim.cost.predict import batch_for
 from sim.cost.scaled import ScaledCost
 from sim.cost.sources import committed_calibrations
 from sim.cost.stack import ServingStack, committed_stacks, resolve_stack
 from sim.errors import ConfigError
-from sim.mlp import gated_mlp
-from sim.specs import model_from_hf_config, resolve_gpu, resolve_model
+from sim.model.catalog import model_from_hf_config, resolve_gpu, resolve_model
+from sim.model.mlp import gated_mlp
 
 A100, H100 = resolve_gpu("a100-80gb"), resolve_gpu("h100")
 DECODE = batch_for(batch=8, context=1000, decode=True)
@@ -163,7 +163,7 @@ def test_step_time_scale_multiplies_every_step() -> None:
 
 
 def test_fast_forward_stays_bit_identical_under_the_calibrated_model(bundled_trace) -> None:  # type: ignore[no-untyped-def]
-    from sim.run import simulate
+    from sim.run.simulate import simulate
 
     kw = dict(cost_model="calibrated", gpu="a100-80gb", tensor_parallel_size=2, max_model_len=8192)
     ff = simulate(make_config(**kw), bundled_trace)

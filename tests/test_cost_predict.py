@@ -11,7 +11,7 @@ import sim.cli.main as cli_main
 from sim.cost import build_cost_model
 from sim.cost.predict import batch_for, predict_step
 from sim.errors import ConfigError
-from sim.specs import resolve_gpu, resolve_model
+from sim.model.catalog import resolve_gpu, resolve_model
 
 runner = CliRunner()
 cli_main._load()

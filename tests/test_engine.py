@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.config import make_config
-from sim.results import MEM_CATS
-from sim.run import simulate
+from sim.config.schema import make_config
+from sim.io.results import MEM_CATS
+from sim.run.simulate import simulate
 from tests.conftest import MOONCAKE_CONV, make_trace
 
 
@@ -120,8 +120,8 @@ CONFIGS = [
 
 @pytest.mark.parametrize("kw", CONFIGS)
 def test_fast_forward_is_bit_identical_to_exact_steps(bundled_trace, kw) -> None:
-    """Sync scheduling (the window of sim/fastforward.py); tests/test_async_scheduling.py runs the
-    async window (sim/fastforward_async.py) on the same kind of configs."""
+    """Sync scheduling (the window of sim/engine/fastforward/window.py); tests/test_async_scheduling.py runs the
+    async window (sim/engine/fastforward/async_window.py) on the same kind of configs."""
     kw = {"async_scheduling": False, **kw}
     check = kw.get("num_gpu_blocks", 0) <= 1000  # per-step invariant checks are O(pool)
     ff = simulate(make_config(exact_steps=False, **kw), bundled_trace, check=check)

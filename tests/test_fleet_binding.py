@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.fleet.binding import BINDINGS, LABELS, Diagnostics, classify, diagnose
 from sim.fleet.workload import to_trace
-from sim.run import simulate
+from sim.run.simulate import simulate
 
 TTFT, TPOT = ("ttft_p99<=1s",), ("tpot_p99<=0.05s",)
 

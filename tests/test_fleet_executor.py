@@ -7,11 +7,11 @@ import os
 import pytest
 
 from sim.cli.simulate import bundled_trace
-from sim.executor import run_tasks
+from sim.cluster.slo import Slo, SloTarget
 from sim.fleet.candidate import Candidate
 from sim.fleet.capacity import SearchSpec
 from sim.fleet.planner import _search_task
-from sim.fleet.slo import Slo, SloTarget
+from sim.run.executor import run_tasks
 from workloads import load_trace
 
 

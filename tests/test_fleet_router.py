@@ -7,15 +7,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.config import make_config
+from sim.cluster.router import replay_fleet
+from sim.cluster.slo import Slo, SloTarget
+from sim.config.schema import make_config
 from sim.fleet.candidate import Candidate
 from sim.fleet.capacity import SearchSpec, combine, search_seed
-from sim.fleet.router import replay_fleet
 from sim.fleet.sizing import size
-from sim.fleet.slo import Slo, SloTarget
 from sim.fleet.validate import ValidateTask, validate_fleet
 from sim.fleet.workload import to_trace
-from sim.run import simulate
+from sim.run.simulate import simulate
 
 BASE = {"model": "llama-3.1-8b", "cost_model": "constant:0.01", "max_num_batched_tokens": 512,
         "max_num_seqs": 64}

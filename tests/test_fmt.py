@@ -1,10 +1,10 @@
-"""sim.fmt: how numbers read in tables, trace info, heatmap cells and legends."""
+"""sim.io.fmt: how numbers read in tables, trace info, heatmap cells and legends."""
 
 from __future__ import annotations
 
 import pytest
 
-from sim import fmt
+from sim.io import fmt
 
 
 @pytest.mark.parametrize("x,text", [

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.errors import ConfigError
+from sim.io.results import MEM_CATS
 from sim.kv.coordinator import HybridAllocator
 from sim.kv.window import NULL, KvGroup, chunked_hit, full_hit, skipped_tokens, sliding_hit
 from sim.request import Request
-from sim.results import MEM_CATS
-from sim.run import simulate
+from sim.run.simulate import simulate
 from sim.sched.admission import Admission
 from tests.conftest import make_trace
 
@@ -244,7 +244,7 @@ def test_hybrid_runs_keep_invariants_and_memory_sums(kw) -> None:
 def test_allocator_groups_match_the_budget(kw) -> None:
     """The allocator gets the budget's KV-cache groups and pool; a max_model_len request's blocks
     (windowed groups at their admission cap) are the budget's ``blocks_per_request``."""
-    from sim.build import build
+    from sim.run.build import build
 
     parts = build(make_config(**kw))
     kv, budget = parts.kv, parts.budget

@@ -10,14 +10,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.cost import StepBatch
 from sim.errors import ConfigError
 from sim.kv.base import CPU_HIT
 from sim.kv.cpu_tier import CpuTier
 from sim.kv.offload import OffloadingAllocator
 from sim.request import Request
-from sim.run import simulate
+from sim.run.simulate import simulate
 from tests.conftest import make_trace
 
 
@@ -127,7 +127,7 @@ def test_cpu_tier_turns_gpu_misses_into_hits_and_charges_the_load() -> None:
     cost = off.summary.cost_model
     assert "roofline" in cost
     from sim.cost.roofline import RooflineCost
-    from sim.specs import resolve_gpu, resolve_model
+    from sim.model.catalog import resolve_gpu, resolve_model
     rc = RooflineCost(resolve_model("llama-3.1-8b"), resolve_gpu("h100"))
     bb = off.summary.budget["bytes_per_block"]
     with_load = rc.step_time(StepBatch(prefill_tokens=16, num_prefill_seqs=1, block_size=16,

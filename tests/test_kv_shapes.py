@@ -14,11 +14,11 @@ from dataclasses import replace
 
 import pytest
 
-from sim.attention import AttentionGroup, kv_cache_groups
-from sim.budget import FP8_LOG_LINE, budget_for, compute_budget
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.errors import ConfigError
-from sim.specs import ModelSpec, model_catalog, resolve_gpu
+from sim.memory.budget import FP8_LOG_LINE, budget_for, compute_budget
+from sim.model.attention import AttentionGroup, kv_cache_groups
+from sim.model.catalog import ModelSpec, model_catalog, resolve_gpu
 
 GiB = 2**30
 

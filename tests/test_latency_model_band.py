@@ -5,12 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.config import make_config
+from sim.cluster.slo import Slo, SloTarget
+from sim.config.schema import make_config
 from sim.fleet.band import BandEdge, band_columns, band_edges, band_sentence, candidate_basis
 from sim.fleet.candidate import Candidate
 from sim.fleet.capacity import CapacityEstimate
 from sim.fleet.prices import load_prices
-from sim.fleet.slo import Slo, SloTarget
 from sim.fleet.spec import Demand, PlanSpec
 
 DEMAND = Demand(mean_qps=10.0, peak_qps=20.0, scale=1.0, mean_output_tokens=100.0, mean_total_tokens=400.0,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.errors import ConfigError
 from sim.plots.memmap import record_layout
 from tests.conftest import make_trace

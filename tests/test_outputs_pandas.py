@@ -10,14 +10,14 @@ from pathlib import Path
 import pandas as pd
 import simpy
 
-from sim.build import build, new_replica, rejecter
-from sim.config import PRESETS, make_config
-from sim.engine import NEVER_FITS
-from sim.records import STEP_COLUMNS
-from sim.rejects import BATCH_TOKENS, CODES
+from sim.config.schema import PRESETS, make_config
+from sim.engine.replica import NEVER_FITS
+from sim.io.records import STEP_COLUMNS
+from sim.io.rejects import BATCH_TOKENS, CODES
+from sim.io.results import REQUEST_COLUMNS
 from sim.request import Request
-from sim.results import REQUEST_COLUMNS
-from sim.run import simulate
+from sim.run.build import build, new_replica, rejecter
+from sim.run.simulate import simulate
 from tests.conftest import make_trace
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The overload verdict (sim/overload.py): offered vs served rate, in summary.json, the summary
+"""The overload verdict (sim/io/overload.py): offered vs served rate, in summary.json, the summary
 table, sweep rows and heatmap cells."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pandas as pd
 from rich.console import Console
 
 from sim.cli.simulate import summary_table
-from sim.config import make_config
-from sim.overload import Load, offered_load
+from sim.config.schema import make_config
+from sim.io.overload import Load, offered_load
 from sim.plots import sweep_heatmaps
-from sim.run import simulate
+from sim.run.simulate import simulate
 from sim.sweep import SweepStore, expand, run_point, run_sweep
 from tests.conftest import make_trace
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.kv.paged import PagedAllocator
 from sim.request import Request
-from sim.run import simulate
+from sim.run.simulate import simulate
 from sim.sched.admission import Admission
 from tests.conftest import make_trace
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.build import build
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.errors import ConfigError
-from sim.run import simulate
+from sim.run.build import build
+from sim.run.simulate import simulate
 from tests.conftest import make_trace
 
 

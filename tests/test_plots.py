@@ -10,7 +10,7 @@ import matplotlib.image as mpimg
 import pytest
 from typer.testing import CliRunner
 
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.plots import (
     block_table_view,
     blocksize_tradeoff,
@@ -25,7 +25,7 @@ from sim.plots import (
     sweep_heatmaps,
 )
 from sim.plots.heatmap import best_cell
-from sim.run import simulate
+from sim.run.simulate import simulate
 from sim.sweep import expand, run_sweep
 from workloads import load_trace
 
@@ -158,7 +158,7 @@ def test_heatmap_cells_use_readable_numbers_and_latency_units() -> None:
 
 
 def test_cdf_legend_gives_p99_in_its_unit(runs: list[Path]) -> None:
-    from sim import fmt
+    from sim.io import fmt
     loaded = [load_run(r) for r in runs]
     fig = latency_cdfs([(i, req) for i, _, req in loaded])
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

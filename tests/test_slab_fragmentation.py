@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.kv.slab import SlabAllocator
 from sim.request import Request
-from sim.run import simulate
+from sim.run.simulate import simulate
 
 
 def req(uid: int, slots: int) -> Request:

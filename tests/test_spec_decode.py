@@ -3,7 +3,7 @@
 vLLM 0.33's rules (sim/sched/spec_decode.py): a decoding request is scheduled ``1 + K`` tokens
 (its drafts); ``allocate_slots`` also reserves ``num_lookahead_tokens`` = K for EAGLE/EAGLE-3/MTP
 and 0 for ngram; ``a`` accepted drafts append ``a + 1`` tokens. The drafter's KV layer shrinks the
-pool (sim/draft_kv.py). Acceptance is kvsim's knob, drawn from the run's seeded Generator.
+pool (sim/memory/draft_kv.py). Acceptance is kvsim's knob, drawn from the run's seeded Generator.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.build import build
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.errors import ConfigError
+from sim.io.results import MEM_CATS
 from sim.kv.paged import PagedAllocator
 from sim.request import Request
-from sim.results import MEM_CATS
-from sim.run import simulate
+from sim.run.build import build
+from sim.run.simulate import simulate
 from sim.sched.scheduler import Scheduler
 from sim.sched.spec_decode import SpecDecode
 from tests.conftest import make_trace

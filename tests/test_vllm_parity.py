@@ -14,11 +14,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.build import build
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.kv.paged import PagedAllocator
 from sim.request import Request, Status
-from sim.run import simulate
+from sim.run.build import build
+from sim.run.simulate import simulate
 from sim.sched.paper_v0 import PaperV0Scheduler
 from sim.sched.plan import StepPlan
 from sim.sched.policies import victim_lowest_priority

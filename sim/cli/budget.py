@@ -9,10 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sim.budget import budget_for
 from sim.cli import options as o
 from sim.cli.notices import check_block_sizes
 from sim.kv.base import cdiv
+from sim.memory.budget import budget_for
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import typer
 
-from sim.config import block_size_warning
+from sim.config.schema import block_size_warning
 
 
 def warn(message: str) -> None:

@@ -15,8 +15,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from sim.config import SimConfig, load_config_yaml, make_config
-from sim.config_aliases import VLLM_ALIASES
+from sim.config.aliases import VLLM_ALIASES
+from sim.config.schema import SimConfig, load_config_yaml, make_config
 
 # flag -> typer Option. None defaults mean "unset": the config file or the preset decides.
 Model = Annotated[str | None, typer.Option("--model", help="Catalog name (llama-3.1-8b, ...) or a HF config.json path.")]

@@ -17,14 +17,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sim.cli import options as o
+from sim.cluster.router import POLICIES
+from sim.cluster.slo import QUANTILES, Slo, SloTarget
 from sim.errors import ConfigError
 from sim.fleet.candidate import KNOBS, grid
 from sim.fleet.explain import INFEASIBLE, tp_refusal
 from sim.fleet.planner import Plan, PlanSpec, run_plan
 from sim.fleet.prices import load_prices
-from sim.fleet.router import POLICIES
-from sim.fleet.slo import QUANTILES, Slo, SloTarget
-from sim.specs import resolve_gpu, resolve_model
+from sim.model.catalog import resolve_gpu, resolve_model
 
 _TTFT, _TPOT, _E2E = "time to first token", "time per output token after the first", "end-to-end latency"
 
@@ -238,7 +238,7 @@ def _inputs(args: dict[str, Any], spec: PlanSpec, tr: Any, file_hash: str, vers:
             n_cands: int) -> dict[str, Any]:
     prices = {g: {"usd_per_gpu_hour": spec.prices[g].at(spec.price_point), "source": spec.prices[g].source,
                   "unverified": spec.prices[g].unverified} for g in spec.gpus}
-    from sim.config import make_config
+    from sim.config.schema import make_config
     from sim.cost import build_cost_model
     cfg = make_config("plan", **dict(spec.base, gpu=spec.gpus[0]))
     cost_name = build_cost_model(cfg.cost_model, resolve_model(cfg.model), resolve_gpu(spec.gpus[0]), 1,

@@ -120,7 +120,7 @@ def _small_cfg(flags: dict[str, Any], config: Path | None, pool_slots: int | Non
     if pool_slots:
         base.setdefault("max_model_len", pool_slots // 2)  # a small pool must hold a full request
     if pool_slots and "kv_memory" not in base and "num_gpu_blocks" not in base:
-        from sim.budget import budget_for
+        from sim.memory.budget import budget_for
         bpt = budget_for(o.build_config(None, **base)).bytes_per_token
         base["kv_memory"] = f"{pool_slots * bpt / 1024:.0f}KiB"
     return base

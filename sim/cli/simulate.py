@@ -13,12 +13,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from sim import fmt
 from sim.cli import options as o
 from sim.cli.notices import check_block_sizes
-from sim.config import SimConfig
-from sim.run import SimResult
-from sim.run import simulate as run_simulation
+from sim.config.schema import SimConfig
+from sim.io import fmt
+from sim.run.simulate import SimResult
+from sim.run.simulate import simulate as run_simulation
 from workloads import load_trace
 
 BUNDLED = "azure_conv_slice.csv"

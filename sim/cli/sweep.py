@@ -20,7 +20,7 @@ from rich.progress import (
 
 from sim.cli import options as o
 from sim.cli.notices import check_block_sizes
-from sim.config import SimConfig
+from sim.config.schema import SimConfig
 from sim.errors import ConfigError
 from sim.sweep import expand, load_grid_yaml, parse_sets, run_sweep
 

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from sim import fmt
 from sim.errors import ConfigError
+from sim.io import fmt
 from workloads.loader import FORMATS, detect_format, load_trace
 from workloads.readers.base import ReadOptions
 
@@ -50,7 +50,7 @@ def _opts(model: list[str] | None, log_type: list[str] | None, rate: float | Non
 
 
 def _print_human(s: dict[str, Any]) -> None:
-    """One number format throughout (:mod:`sim.fmt`): 3 significant digits, separators, no exponents."""
+    """One number format throughout (:mod:`sim.io.fmt`): 3 significant digits, separators, no exponents."""
     n = fmt.num
     typer.echo(f"{s['file']}  ({s['format']})")
     typer.echo(f"  requests        {s['num_requests']:,} over {fmt.duration(s['span_s'])}, "

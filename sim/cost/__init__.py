@@ -24,7 +24,7 @@ from sim.cost.batch import CostBasis, StepBatch, StepCostModel, basis_of
 from sim.cost.constant import ConstantCost
 from sim.cost.roofline import RooflineCost, allreduce_time, swap_time
 from sim.errors import ConfigError
-from sim.specs import GpuSpec, ModelSpec
+from sim.model.catalog import GpuSpec, ModelSpec
 
 __all__ = ["ConstantCost", "CostBasis", "RooflineCost", "StepBatch", "StepCostModel", "allreduce_time",
            "basis_of", "build_cost_model", "swap_time"]

@@ -34,7 +34,7 @@ from sim.cost.sources import (
 )
 from sim.cost.stack import ServingStack, resolve_stack
 from sim.errors import ConfigError
-from sim.specs import GpuSpec, ModelSpec
+from sim.model.catalog import GpuSpec, ModelSpec
 
 NO_DATA = ("no calibration data committed yet; run calibration/run_gpu.py on a GPU, "
            "or use --cost-model roofline")

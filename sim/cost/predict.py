@@ -15,7 +15,7 @@ from typing import Any
 from sim.cost import DEFAULT_COST_MODEL, build_cost_model
 from sim.cost.batch import StepBatch, basis_of
 from sim.errors import ConfigError
-from sim.specs import resolve_gpu, resolve_model
+from sim.model.catalog import resolve_gpu, resolve_model
 
 
 def batch_for(*, prefill_tokens: int = 0, batch: int = 1, context: int = 0, decode: bool = False,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.cost.batch import CostBasis, StepBatch
-from sim.specs import GpuSpec, ModelSpec
+from sim.model.catalog import GpuSpec, ModelSpec
 
 
 def allreduce_time(model: ModelSpec, gpu: GpuSpec, tp: int, num_tokens: int) -> float:

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from calibration.features import scale_coefficients
+from sim.cost.features import scale_coefficients
 from sim.errors import ConfigError
-from sim.specs import GpuSpec, gpu_catalog
+from sim.model.catalog import GpuSpec, gpu_catalog
 
 SCHEMA = "kvsim-calibration/1"
 DATA_DIR = Path(__file__).resolve().parents[2] / "calibration" / "data"

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.plots import breakdown_bars, save
 from sim.plots.common import RunInfo
-from sim.run import SimResult, simulate
+from sim.run.simulate import SimResult, simulate
 from workloads import Trace
 
 MEAN_IN, MEAN_OUT, MAX_LEN = 161.31, 337.99, 2048       # Fig. 11 ShareGPT; OPT max length
@@ -28,7 +28,7 @@ SIGMA_IN, SIGMA_OUT = 1.2, 1.0                          # log-std (assumption, s
 BASE: dict[str, Any] = dict(model="opt-13b", gpu="a100-40gb", kv_memory="12GiB", max_model_len=MAX_LEN,
                             preset="paper-v0", cost_model="roofline")
 # Slabs never share memory, but paper-v0's default ``sharing=fork-cow`` is refused with the slab
-# allocator by sim.run.build, so the (inert) switch is set explicitly for the Orca systems.
+# allocator by sim.run.simulate.build, so the (inert) switch is set explicitly for the Orca systems.
 _SLAB: dict[str, Any] = dict(allocator="slab", sharing="prefix-cache")
 SYSTEMS: dict[str, dict[str, Any]] = {
     "Orca (Max)": dict(_SLAB, reservation="max"),

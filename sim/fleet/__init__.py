@@ -2,15 +2,15 @@
 
 Modules, one concept each:
 
-- :mod:`sim.fleet.slo` -- SLO targets and attainment with a Wilson lower bound.
+- :mod:`sim.cluster.slo` -- SLO targets and attainment with a Wilson lower bound.
 - :mod:`sim.fleet.workload` -- trace windows per seed, rate scaling, peak demand.
 - :mod:`sim.fleet.capacity` -- max QPS one replica sustains (bisection over seeds, CI).
 - :mod:`sim.fleet.binding` -- what limits a candidate (KV memory, batch cap, decode, prefill).
-- :mod:`sim.fleet.router` -- many replicas behind a router in one SimPy environment.
+- :mod:`sim.cluster.router` -- many replicas behind a router in one SimPy environment.
 - :mod:`sim.fleet.autoscale` -- replicas over time with a cold-start delay vs static peak.
 - :mod:`sim.fleet.prices` -- $/GPU-hour from the catalog or a user YAML.
 - :mod:`sim.fleet.spec` -- what a plan is asked for and the demand measured on the trace.
 - :mod:`sim.fleet.sizing` -- replicas for a demand, given one replica's capacity.
 - :mod:`sim.fleet.table` -- the ranked plan table, cheapest passing row first.
-- :mod:`sim.fleet.planner` -- the whole pipeline, run on :mod:`sim.executor` (local or Ray).
+- :mod:`sim.fleet.planner` -- the whole pipeline, run on :mod:`sim.run.executor` (local or Ray).
 """

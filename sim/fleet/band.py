@@ -27,7 +27,7 @@ from sim.fleet.candidate import Candidate
 from sim.fleet.capacity import CapacityEstimate
 from sim.fleet.sizing import size
 from sim.fleet.spec import Demand, PlanSpec
-from sim.summary import cost_basis
+from sim.io.summary import cost_basis
 
 Search = Callable[[PlanSpec, list[Candidate]], list[CapacityEstimate]]
 

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from sim.config import SimConfig, make_config
+from sim.config.schema import SimConfig, make_config
 
 # engine knobs the planner may search (SimConfig field names = vLLM engine-arg names)
 KNOBS = ("gpu_memory_utilization", "block_size", "max_num_seqs", "max_num_batched_tokens",

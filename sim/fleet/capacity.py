@@ -24,14 +24,14 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
-from sim.budget import budget_for
+from sim.cluster.router import replay_fleet
+from sim.cluster.slo import Slo, SloEval, SloTarget, evaluate
 from sim.errors import ConfigError
 from sim.fleet.binding import Diagnostics, classify, diagnose
 from sim.fleet.candidate import Candidate
-from sim.fleet.router import replay_fleet
-from sim.fleet.slo import Slo, SloEval, SloTarget, evaluate
 from sim.fleet.workload import at_qps, draw_window, to_trace
-from sim.results import memory_breakdown
+from sim.io.results import memory_breakdown
+from sim.memory.budget import budget_for
 
 KEEP = 0.9     # thinning: share of a window's requests kept
 WARMUP = 0.1   # share of a window's first requests left out of the SLO check
@@ -105,7 +105,7 @@ def _quantile(req: pd.DataFrame, col: str, q: float) -> float:
 def _probe(cand: Candidate, spec: SearchSpec, window: pd.DataFrame, qps: float
            ) -> tuple[Probe, dict[str, float], Diagnostics]:
     """One replica, one rate. A 1-replica routed replay is bit-identical to ``simulate`` and
-    can stop as soon as the SLO can no longer pass (``sim.fleet.monitor``)."""
+    can stop as soon as the SLO can no longer pass (``sim.cluster.monitor``)."""
     t0 = time.perf_counter()
     cfg = cand.config(spec.base)
     trace = to_trace(at_qps(window, qps), "<window>")

@@ -9,22 +9,22 @@ from typing import Any
 
 import pandas as pd
 
-from sim import fmt
-from sim.build import build
+from sim.cluster.slo import Slo
 from sim.cost import basis_of
 from sim.errors import ConfigError
 from sim.fleet.binding import HELPS
 from sim.fleet.candidate import Candidate
 from sim.fleet.capacity import CapacityEstimate, Probe
-from sim.fleet.slo import Slo
-from sim.specs import resolve_model
+from sim.io import fmt
+from sim.model.catalog import resolve_model
+from sim.run.build import build
 
 INFEASIBLE = "infeasible at any load"
 SOFT_BASES = ("uncalibrated", "extrapolated")   # step times not measured on this GPU x TP
 
 
 def tp_refusal(model: str, tp: int) -> str:
-    """Why vLLM refuses ``--tp`` for ``model`` (the check ``sim.budget`` makes in simulate), or ""."""
+    """Why vLLM refuses ``--tp`` for ``model`` (the check ``sim.memory.budget`` makes in simulate), or ""."""
     spec = resolve_model(model)
     if spec.is_mla or spec.kv_heads % tp == 0 or tp % spec.kv_heads == 0:
         return ""

@@ -22,19 +22,19 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
+from sim.cluster.slo import wilson_lower
 from sim.errors import ConfigError
-from sim.executor import run_tasks
 from sim.fleet import autoscale
 from sim.fleet.autoscale import AutoscaleCost
 from sim.fleet.band import BandEdge, band_columns, band_edges
 from sim.fleet.candidate import Candidate, grid
 from sim.fleet.capacity import KEEP, WARMUP, CapacityEstimate, SearchSpec, combine, search_seed
 from sim.fleet.sizing import size
-from sim.fleet.slo import wilson_lower
 from sim.fleet.spec import Demand, PlanSpec
 from sim.fleet.table import build_table
 from sim.fleet.validate import ValidateTask, Validation, validate_fleet
 from sim.fleet.workload import mean_rate, peak_rate, rate_timeline, scale_rate
+from sim.run.executor import run_tasks
 
 
 @dataclass(slots=True)

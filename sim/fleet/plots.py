@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from sim.fleet.slo import Slo
+from sim.cluster.slo import Slo
 
 
 def pareto(table: pd.DataFrame, peak_qps: float, path: Path) -> Path:

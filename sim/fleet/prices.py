@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 
 from sim.errors import ConfigError
-from sim.specs import gpu_catalog
+from sim.model.catalog import gpu_catalog
 
 PricePoint = Literal["low", "typical", "high"]
 

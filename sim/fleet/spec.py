@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.cluster.slo import Slo
 from sim.fleet.prices import GpuPrice, PricePoint
-from sim.fleet.slo import Slo
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 Models that mix sliding-window (or chunked-local) layers with full-attention ones -- Gemma-3,
 gpt-oss, Llama-4 -- get one KV-cache group per ``layers_per_block`` layers of a kind
-(:func:`sim.attention.kv_cache_groups`). All groups take blocks from one
+(:func:`sim.model.attention.kv_cache_groups`). All groups take blocks from one
 :class:`~sim.kv.block_pool.BlockPool` with a common page size; a request holds one table per
 group (:class:`~sim.kv.hybrid_table.HybridTable`), and every count this allocator answers is
 summed over the groups. Followed, file by file (vLLM source, ``vllm/v1/core/``):
@@ -19,7 +19,7 @@ summed over the groups. Followed, file by file (vLLM source, ``vllm/v1/core/``):
 
 Because a window can release a block on any decode step, the scheduler calls :meth:`allocate`
 for every running request every step (``allocates_every_step``; vLLM calls ``allocate_slots``
-every step), and decode fast-forward is off for this allocator (``sim.build``).
+every step), and decode fast-forward is off for this allocator (``sim.run.build``).
 """
 
 from __future__ import annotations

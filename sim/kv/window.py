@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sim.attention import KvCacheGroup, blocks_per_request
+from sim.model.attention import KvCacheGroup, blocks_per_request
 
 WINDOW_KINDS = ("sliding_window", "chunked_local")
 NULL = 0  # the null block's id (BlockPool with null_block=True)
@@ -116,8 +116,8 @@ def group_hit(g: KvGroup, lookup: Lookup, max_len: int, ngroups: int, B: int) ->
 
 def kv_groups(groups: Sequence[KvCacheGroup], max_model_len: int, block_size: int,
               max_num_batched_tokens: int) -> tuple[KvGroup, ...]:
-    """vLLM's KV-cache groups (:func:`sim.attention.kv_cache_groups`) as the allocator sees them;
-    a windowed group's admission cap is its blocks at peak (:func:`sim.attention.blocks_per_request`)."""
+    """vLLM's KV-cache groups (:func:`sim.model.attention.kv_cache_groups`) as the allocator sees them;
+    a windowed group's admission cap is its blocks at peak (:func:`sim.model.attention.blocks_per_request`)."""
     return tuple(KvGroup(g.kind, g.window or 0,
                          blocks_per_request(g, max_model_len, block_size, max_num_batched_tokens)
                          if g.kind in WINDOW_KINDS else 0) for g in groups)

@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from sim.config import SimConfig
+from sim.config.schema import SimConfig
 from sim.cost import StepBatch, build_cost_model
+from sim.model.catalog import resolve_gpu, resolve_model
 from sim.plots.common import RunInfo
-from sim.run import simulate
-from sim.specs import resolve_gpu, resolve_model
+from sim.run.simulate import simulate
 from workloads import Trace
 
 

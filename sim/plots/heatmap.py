@@ -15,11 +15,11 @@ from matplotlib.patches import Rectangle
 from matplotlib.patheffects import withStroke
 from matplotlib.ticker import FuncFormatter
 
-from sim import fmt
 from sim.errors import ConfigError
+from sim.io import fmt
 from sim.plots.common import RunInfo, joined
 
-#: column -> (title, unit, scale for display); unit TIME picks ms/s/min/h per panel (sim.fmt)
+#: column -> (title, unit, scale for display); unit TIME picks ms/s/min/h per panel (sim.io.fmt)
 TIME = "time"
 METRICS: dict[str, tuple[str, str, float]] = {
     "throughput_rps": ("throughput", "req/s", 1.0),
@@ -78,7 +78,7 @@ def best_cell(df: pd.DataFrame, x: str, y: str, slo: Sequence[Slo]) -> tuple[obj
 
 
 def overloaded_cells(df: pd.DataFrame, x: str, y: str) -> pd.DataFrame | None:
-    """1.0 where some point of the (x, y) cell overloaded its configuration (sim/overload.py)."""
+    """1.0 where some point of the (x, y) cell overloaded its configuration (sim/io/overload.py)."""
     if "overloaded" not in df:
         return None
     flag = df["overloaded"].astype("boolean").fillna(False).astype(float)

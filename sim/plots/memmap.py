@@ -21,14 +21,14 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from sim.build import build, new_replica
-from sim.config import SimConfig
-from sim.engine import Replica
+from sim.config.schema import SimConfig
+from sim.engine.replica import Replica
 from sim.errors import ConfigError
-from sim.ingest import make_requests
+from sim.io.ingest import make_requests
 from sim.kv.paged import PagedAllocator
 from sim.kv.slab import SlabAllocator
 from sim.plots.common import RunInfo, config_label
+from sim.run.build import build, new_replica
 from workloads import Trace
 
 FREE, TOKENS, TAIL, RESERVED, INTERNAL, EXTERNAL, SHARED, CACHED = range(8)

@@ -28,8 +28,8 @@ Followed, from vLLM's source (``vllm/v1/``):
 kvsim keeps its sync representation (a sampled token is counted in ``num_tokens`` at
 :meth:`update`) and marks it ``pending_output`` until :meth:`output`; the scheduler reads that
 mark where vLLM reads placeholders (``Scheduler._grow``, the decode fast path). The engine loop
-that overlaps the steps is ``sim.engine.Replica._loop_async``; fast-forward is
-:mod:`sim.fastforward_async`. Speculative decoding is not modelled together with async scheduling.
+that overlaps the steps is ``sim.engine.replica.Replica._loop_async``; fast-forward is
+:mod:`sim.engine.fastforward.async_window`. Speculative decoding is not modelled together with async scheduling.
 """
 
 from __future__ import annotations

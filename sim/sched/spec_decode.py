@@ -28,7 +28,7 @@ from sim.request import Request
 from sim.sched.plan import StepPlan
 
 #: vLLM ``SpeculativeConfig.method`` values modelled; the ones that read ahead (``use_eagle()``)
-#: get lookahead slots and a draft layer of KV (``sim.draft_kv``).
+#: get lookahead slots and a draft layer of KV (``sim.memory.draft_kv``).
 METHODS = ("ngram", "eagle", "eagle3", "mtp")
 
 

@@ -12,7 +12,7 @@ One concept per module:
 - ``row.py``        a point's result as one flat row
 - ``worker.py``     running one point (never raises: a failure is a row)
 - ``store.py``      crash-safe parts + compaction into ``sweep.parquet``
-- ``driver.py``     :func:`run_sweep`: resume, run on :mod:`sim.executor` (local pool or
+- ``driver.py``     :func:`run_sweep`: resume, run on :mod:`sim.run.executor` (local pool or
                     Ray, see distributed-sweeps.md), store
 """
 

@@ -1,4 +1,4 @@
-"""The sweep driver: skip what ``DIR`` already holds, run the rest on :mod:`sim.executor`, store
+"""The sweep driver: skip what ``DIR`` already holds, run the rest on :mod:`sim.run.executor`, store
 each row as it arrives, compact.
 
 Local workers read each trace from its path themselves (cached per process, see
@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import ConfigError
-from sim.executor import BACKENDS, completed
+from sim.run.executor import BACKENDS, completed
 from sim.sweep.point import Point
 from sim.sweep.row import failed_row
 from sim.sweep.store import SweepStore

@@ -11,7 +11,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from sim.config import make_config
+from sim.config.schema import make_config
 from sim.errors import ConfigError
 from sim.sweep.grid import TRACE_KEY
 from sim.sweep.point import Point, point_key

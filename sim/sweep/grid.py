@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from sim.config import SimConfig, read_yaml
+from sim.config.schema import SimConfig, read_yaml
 from sim.errors import ConfigError
 
 TRACE_KEY = "trace"

@@ -2,7 +2,7 @@
 
 A row is flat (no nested dicts) so the table goes straight into pandas and the plots:
 the summary's nested sections become prefixed columns (``ttft_p99_s``, ``mem_free``, ...;
-:meth:`sim.summary.Summary.flat`).
+:meth:`sim.io.summary.Summary.flat`).
 """
 
 from __future__ import annotations

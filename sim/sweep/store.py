@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from sim.config import SimConfig
+from sim.config.schema import SimConfig
 
 
 class SweepStore:

@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sim.config import SimConfig
+from sim.config.schema import SimConfig
 from sim.sweep.point import Point
 from sim.sweep.row import row_head
 from workloads import Trace, load_trace
@@ -32,7 +32,7 @@ def _trace_for(p: Point) -> Trace:
 
 def run_point(p: Point, trace: Trace | None = None) -> dict[str, Any]:
     """Simulate one point; never raises (a failure becomes a row with ``status='failed'``)."""
-    from sim.run import simulate
+    from sim.run.simulate import simulate
 
     t0 = time.perf_counter()
     row = row_head(p)

@@ -1,4 +1,4 @@
-"""Model and GPU catalog (``sim/specs/*.yaml``) and Hugging Face ``config.json`` reading."""
+"""Model and GPU catalog (``sim/model/data/*.yaml``) and Hugging Face ``config.json`` reading."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 
 import yaml
 
-from sim.attention import (
+from sim.errors import ConfigError
+from sim.model.attention import (
     KINDS,
     AttentionGroup,
     AttentionKind,
@@ -19,11 +20,10 @@ from sim.attention import (
     group_layers,
     layer_kinds,
 )
-from sim.errors import ConfigError
-from sim.hf_shapes import hf_shape_fields, text_config
-from sim.mlp import gated_mlp
-from sim.quant import WeightQuant, weight_quant
-from sim.quant import weight_bytes as quant_weight_bytes
+from sim.model.hf_config import hf_shape_fields, text_config
+from sim.model.mlp import gated_mlp
+from sim.model.quant import WeightQuant, weight_quant
+from sim.model.quant import weight_bytes as quant_weight_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,17 +40,17 @@ class ModelSpec:
     params_b: float
     dtype_bytes: int = 2
     max_model_len: int = 8192
-    # attention layout (sim/attention.py); kv_lora_rank + qk_rope_head_dim make it MLA
+    # attention layout (sim/model/attention.py); kv_lora_rank + qk_rope_head_dim make it MLA
     layer_pattern: tuple[str, ...] = ()
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
-    # weights (sim/quant.py) and the KV cache dtype (--kv-cache-dtype; None = auto = dtype_bytes)
+    # weights (sim/model/quant.py) and the KV cache dtype (--kv-cache-dtype; None = auto = dtype_bytes)
     quantization: WeightQuant | None = None
     tie_word_embeddings: bool = False
     kv_cache_dtype_bytes: int | None = None
-    # MLP with a gate (gate + up projections: Llama, Qwen) or one up projection (OPT, BLOOM); sim/mlp.py
+    # MLP with a gate (gate + up projections: Llama, Qwen) or one up projection (OPT, BLOOM); sim/model/mlp.py
     gated_mlp: bool = True
 
     def __post_init__(self) -> None:
@@ -143,7 +143,7 @@ class GpuSpec:
 
 
 def _load_yaml(name: str) -> dict[str, Any]:
-    text = resources.files("sim").joinpath("specs", name).read_text()
+    text = resources.files("sim.model").joinpath("data", name).read_text()
     data = yaml.safe_load(text)
     assert isinstance(data, dict)
     return data

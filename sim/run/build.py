@@ -1,9 +1,9 @@
-"""One place that turns a :class:`~sim.config.SimConfig` into a running replica.
+"""One place that turns a :class:`~sim.config.schema.SimConfig` into a running replica.
 
     cfg --> specs --> KV budget --> allocator --> scheduler (+ queue, admission, preemption,
             victim) --> cost model --> StepKernel --> Replica (SimPy)
 
-Used by :func:`sim.run.simulate`, the fleet router and the memory-map recorder.
+Used by :func:`sim.run.simulate.simulate`, the fleet router and the memory-map recorder.
 """
 
 from __future__ import annotations
@@ -15,19 +15,21 @@ from typing import NamedTuple
 import numpy as np
 import simpy
 
-from sim.budget import KvBudget, compute_budget, model_for
-from sim.config import SimConfig
+from sim.config.schema import SimConfig
 from sim.cost import StepCostModel, build_cost_model
 from sim.cost.scaled import ScaledCost
-from sim.draft_kv import with_draft_kv
-from sim.engine import Replica
+from sim.engine.replica import Replica
+from sim.engine.step import StepKernel
 from sim.errors import ConfigError
+from sim.io.rejects import BATCH_TOKENS, KV_POOL, MAX_MODEL_LEN, Rejection
 from sim.kv.base import KvAllocator
 from sim.kv.coordinator import HybridAllocator
+from sim.kv.factory import paged_variant
 from sim.kv.paged import PagedAllocator
 from sim.kv.slab import SlabAllocator
-from sim.kv_layout import paged_variant
-from sim.rejects import BATCH_TOKENS, KV_POOL, MAX_MODEL_LEN, Rejection
+from sim.memory.budget import KvBudget, compute_budget, model_for
+from sim.memory.draft_kv import with_draft_kv
+from sim.model.catalog import ModelSpec, resolve_gpu, resolve_model
 from sim.request import Request
 from sim.sched.admission import Admission
 from sim.sched.async_scheduler import AsyncScheduler
@@ -37,8 +39,6 @@ from sim.sched.preemption import Recompute, Swap
 from sim.sched.queues import QUEUES
 from sim.sched.scheduler import Scheduler
 from sim.sched.spec_decode import SpecDecode
-from sim.specs import ModelSpec, resolve_gpu, resolve_model
-from sim.step import StepKernel
 
 
 class Components(NamedTuple):
@@ -98,7 +98,7 @@ def build(cfg: SimConfig) -> Components:
     model, gpu = model_for(cfg, resolve_model(cfg.model)), resolve_gpu(cfg.gpu)  # KV dtype applied
     budget = compute_budget(cfg, model, gpu)
     if cfg.num_speculative_tokens:
-        budget = with_draft_kv(budget, cfg.speculative_method)  # the drafter's KV layer (sim/draft_kv.py)
+        budget = with_draft_kv(budget, cfg.speculative_method)  # the drafter's KV layer (sim/memory/draft_kv.py)
     fork = cfg.resolved("sharing") == "fork-cow" and cfg.allocator == "paged"  # slabs never share
     if fork and (cfg.resolved("chunked_prefill") or cfg.resolved("enable_prefix_caching")):
         raise ConfigError("--sharing fork-cow (paper-v0) needs the paged allocator, no chunked prefill and "
@@ -113,7 +113,7 @@ def build(cfg: SimConfig) -> Components:
 
 
 def rejecter(budget: KvBudget, kv: KvAllocator, sched: Scheduler) -> Callable[[Request], Rejection | None]:
-    """Why a request can never run (sim/rejects.py), checked when it arrives; a request that would
+    """Why a request can never run (sim/io/rejects.py), checked when it arrives; a request that would
     pass ``max_model_len`` is cut there instead (``Request.cap_output``, finish reason "length")."""
     max_len = budget.max_model_len
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from sim import fmt
+from sim.io import fmt
 
 SERVED_SHARE = 0.9      # overloaded below this share of the offered rate
 MIN_REQUESTS = 10
@@ -51,7 +51,7 @@ def _rate(times: pd.Series) -> float | None:
 
 
 def offered_load(req: pd.DataFrame) -> Load:
-    """The load verdict from a requests table (``sim.results.REQUEST_COLUMNS``)."""
+    """The load verdict from a requests table (``sim.io.results.REQUEST_COLUMNS``)."""
     acc = req[req["status"] != "rejected"]
     offered = _rate(acc["arrival_s"]) if len(acc) >= MIN_REQUESTS else None
     if offered is None:

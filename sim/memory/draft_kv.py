@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sim.budget import KvBudget
 from sim.errors import ConfigError
+from sim.memory.budget import KvBudget
 
 #: draft layers of KV per method (vLLM ``SpeculativeConfig.method``)
 DRAFT_LAYERS = {"ngram": 0, "eagle": 1, "eagle3": 1, "mtp": 1}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.config import SimConfig
+from sim.config.schema import SimConfig
 from sim.request import Request
 from workloads.schema import Trace
 

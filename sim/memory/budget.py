@@ -11,7 +11,7 @@
     num_blocks   = available_kv // block_bytes       (or --num-gpu-blocks); block 0 is the null block
 
 A hybrid model (sliding-window or chunked-local layers next to full ones) has several KV-cache
-groups sharing the pool (``sim.attention.kv_cache_groups``): a block holds one page for each of
+groups sharing the pool (``sim.model.attention.kv_cache_groups``): a block holds one page for each of
 ``layers_per_block`` layers, and one request takes blocks in every group. The capacity log line
 divides by the blocks one ``max_model_len`` request holds, summed over the groups
 (``vllm/v1/core/kv_cache_utils.py:get_max_concurrency_for_kv_cache_config``).
@@ -23,10 +23,10 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from sim.attention import KvCacheGroup, blocks_per_request, kv_cache_groups
-from sim.config import SimConfig, parse_bytes
+from sim.config.schema import SimConfig, parse_bytes
 from sim.errors import ConfigError
-from sim.specs import GpuSpec, ModelSpec, resolve_gpu, resolve_model
+from sim.model.attention import KvCacheGroup, blocks_per_request, kv_cache_groups
+from sim.model.catalog import GpuSpec, ModelSpec, resolve_gpu, resolve_model
 
 #: ``--kv-cache-dtype`` -> bytes per element (``auto`` keeps the model's dtype).
 KV_CACHE_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}

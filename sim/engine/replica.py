@@ -2,18 +2,18 @@
 
 Each step: pull arrivals from the replica's inbox (``arrival_s <= now``), schedule, ask the
 cost model for the step's duration, ``yield env.timeout(duration)``, apply the outcome (the
-step kernel, :mod:`sim.step`). Requests enter through :meth:`Replica.submit` -- all up front
+step kernel, :mod:`sim.engine.step`). Requests enter through :meth:`Replica.submit` -- all up front
 (a trace replay) or one at a time from a router process (a fleet replay, which also gives
 the replica its next-arrival hint). An idle engine waits on a timeout to its next known
 arrival OR a wake event that ``submit`` triggers; it never polls.
 
-After each exact step the loop hands over to :mod:`sim.fastforward`, which applies runs of
+After each exact step the loop hands over to :mod:`sim.engine.fastforward.window`, which applies runs of
 steps in bulk with bit-identical results (``exact_steps=True`` turns it off).
 
 Under async scheduling (vLLM's GPU default, :mod:`sim.sched.async_scheduler`) the loop is
 :meth:`Replica._loop_async`: while step k runs, step k+1 is planned from the arrivals received
 when step k started and the outputs of steps up to k-1; step k's output lands when it ends, and
-step k+1 starts then. Its fast-forward is :mod:`sim.fastforward_async`.
+step k+1 starts then. Its fast-forward is :mod:`sim.engine.fastforward.async_window`.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from typing import Any
 
 import simpy
 
-from sim.fastforward import fast_forward
-from sim.fastforward_async import fast_forward_async
+from sim.engine.fastforward.async_window import fast_forward_async
+from sim.engine.fastforward.window import fast_forward
+from sim.engine.step import InFlight, StepKernel
+from sim.io.records import StepLog
+from sim.io.rejects import KV_POOL, Rejection
 from sim.kv.base import KvAllocator
-from sim.records import StepLog
-from sim.rejects import KV_POOL, Rejection
 from sim.request import Request, Status
 from sim.sched.scheduler import Scheduler
-from sim.step import InFlight, StepKernel
 
 NEVER_FITS = "cannot be scheduled even on an idle engine: does not fit the KV pool"  # code kv_pool
 

@@ -1,6 +1,6 @@
 """What a Hugging Face ``config.json`` says beyond a dense model: attention layout, MLA, MoE, quantization.
 
-:func:`hf_shape_fields` returns the :class:`~sim.specs.ModelSpec` fields to override on the spec
+:func:`hf_shape_fields` returns the :class:`~sim.model.catalog.ModelSpec` fields to override on the spec
 ``model_from_hf_config`` reads from the common fields:
 
 - ``layer_pattern`` from ``layer_types`` (gpt-oss, newer configs), ``sliding_window_pattern``
@@ -12,7 +12,7 @@
   ``qk_nope_head_dim + qk_rope_head_dim``;
 - a mixture-of-experts parameter count (``n_routed_experts`` / ``num_local_experts`` /
   ``num_experts``), which the dense estimate would miss by an order of magnitude;
-- ``quantization_config`` (:mod:`sim.quant`); for ``mxfp4`` only the experts are quantized.
+- ``quantization_config`` (:mod:`sim.model.quant`); for ``mxfp4`` only the experts are quantized.
 
 A multimodal config (Gemma-3, Llama-4) keeps the language model under ``text_config``:
 :func:`text_config` merges it over the top level.
@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.quant import from_hf
+from sim.model.quant import from_hf
 
 _LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding_window",
                 "chunked_attention": "chunked_local"}

@@ -1,5 +1,5 @@
 """The step kernel: what every engine step does around the scheduler, shared by the exact
-loop (:mod:`sim.engine`) and fast-forward (:mod:`sim.fastforward`).
+loop (:mod:`sim.engine.replica`) and fast-forward (:mod:`sim.engine.fastforward.window`).
 
     plan  = sched.schedule(now, step)          # who runs, how many tokens
     batch = kernel.batch(plan)                 # StepBatch: the cost model's whole input
@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.cost import StepBatch, StepCostModel
+from sim.io.records import StepLog, StepRecord
 from sim.kv.base import KvAllocator, MemoryBreakdown
 from sim.kv.paged import PagedAllocator
-from sim.records import StepLog, StepRecord
 from sim.request import Request
 from sim.sched.plan import StepPlan
 from sim.sched.scheduler import Scheduler

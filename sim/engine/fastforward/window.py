@@ -29,12 +29,12 @@ from collections.abc import Callable
 from functools import partial
 
 from sim.cost import StepBatch
-from sim.ff_decoders import join, leave
+from sim.engine.fastforward.decoders import join, leave
+from sim.engine.step import StepKernel
+from sim.io.records import record_from_tuple as record
 from sim.kv.paged import PagedAllocator
-from sim.records import record_from_tuple as record
 from sim.request import Request
 from sim.sched.plan import StepPlan
-from sim.step import StepKernel
 
 new_batch = partial(tuple.__new__, StepBatch)  # StepBatch from a tuple in field order (hot path)
 Pull = Callable[[float], None]          # take in the arrivals due at a time

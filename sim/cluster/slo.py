@@ -101,7 +101,7 @@ def _ok(req: pd.DataFrame, metric: Metric, seconds: float) -> np.ndarray:
 
 
 def evaluate(req: pd.DataFrame, slo: Slo) -> SloEval:
-    """Check every target of ``slo`` on a request frame (``sim.run.request_frame`` columns)."""
+    """Check every target of ``slo`` on a request frame (``sim.run.simulate.request_frame`` columns)."""
     n = len(req)
     failing: list[str] = []
     shares: dict[str, float] = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.fleet.slo import Slo, wilson_lower
+from sim.cluster.slo import Slo, wilson_lower
 from sim.request import Request, Status
 
 

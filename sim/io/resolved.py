@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.budget import KvBudget
-from sim.build import victim_name
-from sim.config import PRESETS, SimConfig
+from sim.config.schema import PRESETS, SimConfig
+from sim.memory.budget import KvBudget
+from sim.run.build import victim_name
 
 
 def resolved_config(cfg: SimConfig, budget: KvBudget) -> tuple[dict[str, Any], tuple[str, ...]]:

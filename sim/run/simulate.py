@@ -20,14 +20,11 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.budget import KvBudget
-from sim.build import build, new_replica
-from sim.config import SimConfig
-from sim.engine import Replica
-from sim.ingest import make_requests
-from sim.results import request_frame
-from sim.sched.plan import PrefixStats
-from sim.summary import (
+from sim.config.schema import SimConfig
+from sim.engine.replica import Replica
+from sim.io.ingest import make_requests
+from sim.io.results import request_frame
+from sim.io.summary import (
     PrefixCache,
     RunCounters,
     Summary,
@@ -36,6 +33,9 @@ from sim.summary import (
     kv_offload_of,
     summarize,
 )
+from sim.memory.budget import KvBudget
+from sim.run.build import build, new_replica
+from sim.sched.plan import PrefixStats
 from workloads.schema import Trace
 
 

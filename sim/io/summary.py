@@ -14,14 +14,14 @@ import numpy as np
 import pandas as pd
 
 from sim import __version__
-from sim.budget import KvBudget
-from sim.config import SimConfig
+from sim.config.schema import SimConfig
 from sim.cost import CostBasis, basis_of, build_cost_model
 from sim.errors import KvsimError
+from sim.io.overload import Load, offered_load
+from sim.io.resolved import resolved_config
+from sim.io.results import memory_breakdown
 from sim.kv.offload import OffloadingAllocator
-from sim.overload import Load, offered_load
-from sim.resolved import resolved_config
-from sim.results import memory_breakdown
+from sim.memory.budget import KvBudget
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +129,8 @@ class Summary:
     busy_fraction: float
     rejections: dict[str, int]         # reject reason -> count
     num_length_capped: int = 0         # finished requests cut at max_model_len (finish reason "length")
-    load: Load = field(default_factory=Load)  # offered vs served rate, overloaded (sim/overload.py)
-    config_defaults: tuple[str, ...] = ()  # knobs left unset, filled in by preset/budget (sim/resolved.py)
+    load: Load = field(default_factory=Load)  # offered vs served rate, overloaded (sim/io/overload.py)
+    config_defaults: tuple[str, ...] = ()  # knobs left unset, filled in by preset/budget (sim/io/resolved.py)
     kv_offload: KvOffload = field(default_factory=KvOffload)  # per-tier hits (--kv-offloading-size)
     cost_basis: str = ""               # fitted | extrapolated | uncalibrated | exact (sim/cost/batch.py)
     cost_basis_detail: str = ""        # each term's source; how it was extrapolated
@@ -182,7 +182,7 @@ class RunCounters:
 
 def cost_basis(cfg: SimConfig) -> CostBasis:
     """Fitted / extrapolated / uncalibrated, for the run's model, GPU and TP (sim/cost)."""
-    from sim.specs import resolve_gpu, resolve_model
+    from sim.model.catalog import resolve_gpu, resolve_model
 
     try:
         cost = build_cost_model(cfg.cost_model, resolve_model(cfg.model), resolve_gpu(cfg.gpu),

@@ -1,6 +1,6 @@
 """Decode fast-forward under async scheduling, bit-identical to stepping one at a time.
 
-The same bulk representation as :mod:`sim.fastforward` (decoders at a virtual start ``c0``,
+The same bulk representation as :mod:`sim.engine.fastforward.window` (decoders at a virtual start ``c0``,
 bucketed by ``c0 mod B``), shifted to async scheduling's order (:mod:`sim.sched.async_scheduler`)::
 
     exact loop, one iteration                      window step s (step s-1 in flight from t_prev)
@@ -16,7 +16,7 @@ is registered when it takes its next block. And a request whose last token step 
 keeps its blocks and its running slot while step ``s + 1`` is planned (it is skipped, not
 scheduled), and is freed when step ``s`` lands.
 
-The window hands back an :class:`~sim.step.InFlight` -- the state the exact loop keeps between
+The window hands back an :class:`~sim.engine.step.InFlight` -- the state the exact loop keeps between
 iterations -- with every count materialised. It starts from one the exact loop launched, and
 only when every running request is a decoder sampling in it.
 """
@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.fastforward import _seq, new_batch
-from sim.ff_decoders import join, leave
+from sim.engine.fastforward.decoders import join, leave
+from sim.engine.fastforward.window import _seq, new_batch
+from sim.engine.step import InFlight, StepKernel
+from sim.io.records import record_from_tuple as record
 from sim.kv.paged import PagedAllocator
-from sim.records import record_from_tuple as record
 from sim.request import Request
 from sim.sched.plan import StepPlan
-from sim.step import InFlight, StepKernel
 
 Pull = Callable[[float], None]
 NextArrival = Callable[[], float]

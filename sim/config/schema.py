@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sim.config_aliases import VLLM_ALIASES, vllm_aliases
+from sim.config.aliases import VLLM_ALIASES, vllm_aliases
 from sim.errors import ConfigError
 
 Preset = Literal["vllm-0.33", "vllm-v1-legacy", "paper-v0"]

@@ -5,15 +5,15 @@ with a CPU offload tier (``OffloadingAllocator``). Unsupported combinations are 
 
 from __future__ import annotations
 
-from sim.attention import kv_cache_groups
-from sim.budget import KvBudget
-from sim.config import SimConfig
+from sim.config.schema import SimConfig
 from sim.errors import ConfigError
 from sim.kv.base import KvAllocator
 from sim.kv.coordinator import HybridAllocator
 from sim.kv.offload import OffloadingAllocator
 from sim.kv.window import KvGroup, kv_groups
-from sim.specs import ModelSpec
+from sim.memory.budget import KvBudget
+from sim.model.attention import kv_cache_groups
+from sim.model.catalog import ModelSpec
 
 
 def hybrid_groups(cfg: SimConfig, budget: KvBudget, model: ModelSpec, fork: bool) -> tuple[KvGroup, ...]:

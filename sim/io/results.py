@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.rejects import CODES
+from sim.io.rejects import CODES
 from sim.request import Request, Status
 
 REQUEST_COLUMNS = (
@@ -43,7 +43,7 @@ def request_frame(reqs: list[Request]) -> pd.DataFrame:
         "finish_reason": pd.Categorical(
             ["rejected" if r.status == Status.REJECTED else None if r.status != Status.FINISHED else
              "length" if r.length_capped else "stop" for r in reqs], categories=FINISH_REASONS),
-        # a category of sim.rejects.CODES and the reason with its numbers; NA when not rejected
+        # a category of sim.io.rejects.CODES and the reason with its numbers; NA when not rejected
         "reject_reason": pd.Categorical([r.reject_reason or None for r in reqs], categories=CODES),
         "reject_detail": pd.Series([r.reject_detail or None for r in reqs], dtype="str"),
         "first_scheduled_s": fs, "first_token_s": ft, "finish_s": fn,

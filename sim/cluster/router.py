@@ -41,15 +41,15 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.build import new_replica
-from sim.config import SimConfig
-from sim.engine import Replica
+from sim.cluster.monitor import SloMonitor
+from sim.cluster.slo import Slo
+from sim.config.schema import SimConfig
+from sim.engine.replica import Replica
 from sim.errors import ConfigError
-from sim.fleet.monitor import SloMonitor
-from sim.fleet.slo import Slo
-from sim.ingest import make_requests
+from sim.io.ingest import make_requests
+from sim.io.results import request_frame
 from sim.request import Request
-from sim.results import request_frame
+from sim.run.build import new_replica
 from workloads.schema import Trace
 
 POLICIES = ("round-robin", "least-outstanding-tokens", "prefix-affinity")
@@ -174,7 +174,7 @@ def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str = "least-o
 
     ``stop_on_fail=(slo, skip)`` checks ``checks`` times over the trace's span whether the SLO
     (on requests ``skip:``) can still pass, and stops the replay when it cannot
-    (:mod:`sim.fleet.monitor`); unfinished requests then count as misses.
+    (:mod:`sim.cluster.monitor`); unfinished requests then count as misses.
     """
     if not cfgs:
         raise ConfigError("a fleet needs at least one replica")
