@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from sim.cost import StepBatch, StepCostModel
 from sim.io.records import StepLog, StepRecord
 from sim.kv.base import KvAllocator, MemoryBreakdown
-from sim.kv.paged import PagedAllocator
 from sim.request import Request
 from sim.sched.plan import StepPlan
 from sim.sched.scheduler import Scheduler
@@ -102,7 +101,7 @@ class StepKernel:
         head = swapped[0] if swapped else sched.waiting.peek()  # the next request to place
         mem = self.kv.breakdown(running, sum(r.num_computed_tokens for r in running), waiting=head)
         ahead = sched.spec_tokens + sched.lookahead
-        if ahead and isinstance(self.kv, PagedAllocator):
+        if ahead and self.kv.decode_blocks is not None:
             # speculative decoding: slots held past the next token for drafts and lookahead are
             # reserved (used again next step), not fragmentation
             B = self.page_size

@@ -54,11 +54,53 @@ class MemoryBreakdown(NamedTuple):
     free: int
 
 
+class FreeCount(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+class PoolView(Protocol):
+    """The two pool counters fast-forward reads on every bulk step (attributes, not calls)."""
+
+    @property
+    def free_queue(self) -> FreeCount: ...
+
+    @property
+    def shared_excess(self) -> int: ...
+
+
+class DecodeBlocks(Protocol):
+    """What fast-forward asks of a block pool while decoders run in bulk (a paged allocator)."""
+
+    @property
+    def pool(self) -> PoolView: ...
+
+    def append_block(self, reqs: list[Request]) -> None:
+        """Give each request one more block (its last one filled up)."""
+        ...
+
+    def register_decoded_blocks(self, reqs: list[Request], ahead: int) -> None:
+        """Publish each request's block that decoding just filled (``ahead`` tokens still in
+        flight) to the prefix cache."""
+        ...
+
+
 class KvAllocator(Protocol):
     """A KV pool as the scheduler and the engine see it (see the module docstring)."""
 
     num_blocks: int        # blocks in the pool, incl. unusable ones (the null block)
     usable_blocks: int     # blocks that can ever be handed out
+    enable_caching: bool   # prefix caching on (a slab: never)
+    #: True when blocks may be released on any step (sliding-window groups): the scheduler
+    #: calls :meth:`allocate` for every running request every step, and no run of steps can
+    #: be applied in bulk (no fast-forward).
+    allocates_every_step: bool
+
+    @property
+    def decode_blocks(self) -> DecodeBlocks | None:
+        """The bulk-decode view for fast-forward; None: requests hold no blocks that grow
+        mid-window (a slab reserves its chunk up front)."""
+        ...
 
     @property
     def block_size(self) -> int:

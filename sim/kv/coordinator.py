@@ -40,6 +40,9 @@ class HybridAllocator(PoolCounters):
     """KV-cache groups sharing one pool; implements :class:`~sim.kv.base.KvAllocator`."""
 
     paged = True
+    #: no bulk decode: a window group releases blocks on any step (``allocates_every_step``),
+    #: so these models run step by step
+    decode_blocks = None
 
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[KvGroup], *,
                  free_order: str = "front-tail", enable_caching: bool = True) -> None:

@@ -55,6 +55,7 @@ class PagedAllocator(PoolCounters):
         self.usable_blocks = self.pool.usable_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching
+        self.allocates_every_step = False
         self.exact_fill = exact_fill  # shared blocks may be partial (fork mode): see breakdown
         self._null_slots = (num_blocks - self.usable_blocks) * block_size
 
@@ -182,6 +183,10 @@ class PagedAllocator(PoolCounters):
             slots = req.num_computed_tokens + len(hits) * self.block_size + num_new_tokens
             self.register_full_blocks(req, min(slots, req.num_tokens))
         return True
+
+    @property
+    def decode_blocks(self) -> PagedAllocator:
+        return self
 
     def append_block(self, reqs: list[Request]) -> None:
         """Give each request one new block, in order (decoders crossing a block boundary;

@@ -64,6 +64,9 @@ class SlabAllocator:
     """One contiguous chunk per request, reserved at admission (Orca)."""
 
     paged = False
+    enable_caching = False
+    allocates_every_step = False
+    decode_blocks = None  # a chunk is reserved up front: nothing to hand out mid-window
     block_size = 1
     evictions = 0
     shared_excess = 0

@@ -23,7 +23,6 @@ from sim.engine.step import StepKernel
 from sim.errors import ConfigError
 from sim.io.rejects import BATCH_TOKENS, KV_POOL, MAX_MODEL_LEN, Rejection
 from sim.kv.base import KvAllocator
-from sim.kv.coordinator import HybridAllocator
 from sim.kv.factory import paged_variant
 from sim.kv.paged import PagedAllocator
 from sim.kv.slab import SlabAllocator
@@ -141,7 +140,8 @@ def new_replica(env: simpy.Environment, cfg: SimConfig, *, parts: Components | N
     budget, kv, sched, cost = parts if parts is not None else build(cfg)
     kernel = StepKernel(sched, kv, cost, block_bytes=budget.bytes_per_block)
     exact = cfg.exact_steps if exact_steps is None else exact_steps
-    exact = exact or isinstance(kv, HybridAllocator)  # windows free blocks mid-decode: no fast-forward
+    # windows free blocks mid-decode, or a paged pool offers no bulk-decode view: no fast-forward
+    exact = exact or kv.allocates_every_step or (kv.paged and kv.decode_blocks is None)
     return Replica(env, kernel, exact_steps=exact,
                    check=check, reject=rejecter(budget, kv, sched), on_step=on_step,
                    on_progress=on_progress)

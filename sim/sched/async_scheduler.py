@@ -56,7 +56,7 @@ class AsyncScheduler(Scheduler):
         """The step's output lands (after the next step was planned): tokens seen, and the blocks
         they complete cached, for requests still running."""
         kv = self.kv
-        caching = kv.paged and getattr(kv, "enable_caching", False)
+        caching = kv.paged and kv.enable_caching
         B = kv.block_size
         running = Status.RUNNING
         for r, _ in plan.scheduled:

@@ -112,9 +112,9 @@ class Scheduler:
         # A slab's chunk always has room.
         # Sliding-window KV groups (sim/kv/coordinator.py) may release a block on any step: no fast path.
         B = kv.block_size if kv.paged else 0
-        register = kv.register_full_blocks if B and getattr(kv, "enable_caching", False) else None
+        register = kv.register_full_blocks if B and kv.enable_caching else None
         # Speculative decoding: a decode carries its draft tokens (no fast path, see _grow).
-        fast = not getattr(kv, "allocates_every_step", False) and not self.spec_tokens
+        fast = not kv.allocates_every_step and not self.spec_tokens
         spec = self.spec_tokens
         lag = self.async_scheduling
         i = 0

@@ -29,7 +29,6 @@ from sim.engine.fastforward.decoders import join, leave
 from sim.engine.fastforward.window import _seq, new_batch
 from sim.engine.step import InFlight, StepKernel
 from sim.io.records import record_from_tuple as record
-from sim.kv.paged import PagedAllocator
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
@@ -57,13 +56,14 @@ def _window(k: StepKernel, f: InFlight, pull_due: Pull, next_arrival: NextArriva
     running = sched.running
     max_batched, max_seqs = sched.max_num_batched_tokens, sched.max_num_seqs
     fin: dict[int, list[Request]] = {}  # window step -> requests whose last token it samples
-    paged = isinstance(kv, PagedAllocator)  # else a slab: no blocks to hand out mid-window
+    blocks = kv.decode_blocks  # None: a slab, no blocks to hand out mid-window
+    paged = blocks is not None
     B, page = kv.block_size, k.page_size
-    append_block = kv.append_block if isinstance(kv, PagedAllocator) else None
-    pool = kv.pool if isinstance(kv, PagedAllocator) else None
+    append_block = blocks.append_block if blocks is not None else None
+    pool = blocks.pool if blocks is not None else None
     fq = pool.free_queue if pool is not None else None
-    caching = paged and bool(getattr(kv, "enable_caching", False))
-    register = kv.register_decoded_blocks if isinstance(kv, PagedAllocator) and caching else None
+    caching = paged and kv.enable_caching
+    register = blocks.register_decoded_blocks if blocks is not None and caching else None
     buckets: list[list[Request]] = [[] for _ in range(B)]
     c0_sum = pages = decoders = 0
     for r in running:

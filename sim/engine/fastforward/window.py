@@ -32,7 +32,6 @@ from sim.cost import StepBatch
 from sim.engine.fastforward.decoders import join, leave
 from sim.engine.step import StepKernel
 from sim.io.records import record_from_tuple as record
-from sim.kv.paged import PagedAllocator
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
@@ -69,14 +68,15 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
     for r in running:
         if r.num_tokens - r.num_computed_tokens != 1 or not r.num_output:
             return t
-    paged = isinstance(kv, PagedAllocator)  # else a slab: no blocks to hand out mid-window
+    blocks = kv.decode_blocks  # None: a slab, no blocks to hand out mid-window
+    paged = blocks is not None
     B = kv.block_size
     page = k.page_size
-    append_block = kv.append_block if isinstance(kv, PagedAllocator) else None
+    append_block = blocks.append_block if blocks is not None else None
     # a paged pool's counters read directly (== kv.num_free_blocks / kv.shared_excess, no call)
-    pool = kv.pool if isinstance(kv, PagedAllocator) else None
+    pool = blocks.pool if blocks is not None else None
     fq = pool.free_queue if pool is not None else None
-    register = kv.register_decoded_blocks if isinstance(kv, PagedAllocator) and kv.enable_caching else None
+    register = blocks.register_decoded_blocks if blocks is not None and kv.enable_caching else None
     buckets: list[list[Request]] = [[] for _ in range(B)]
     c0_sum = 0
     pages = 0
