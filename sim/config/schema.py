@@ -123,9 +123,14 @@ class SimConfig(BaseModel):
         return v
 
     def resolved(self, key: str) -> Any:
-        """A switch's value, falling back to the preset default."""
+        """A switch's value, falling back to the preset default (``victim``: the policy
+        ``--policy`` implies)."""
         v = getattr(self, key)
-        return PRESETS[self.preset][key] if v is None else v
+        if v is not None:
+            return v
+        if key == "victim":
+            return "priority" if self.policy == "priority" else "last"
+        return PRESETS[self.preset][key]
 
 
 def _fmt_validation(e: ValidationError, where: str) -> str:
