@@ -96,6 +96,11 @@ class KvConnector(Protocol):
         """(uids whose delayed free may happen now, uids whose asynchronous load has arrived)."""
         ...
 
+    def next_finished_s(self) -> float | None:
+        """When the earliest pending transfer completes (None: none pending, or unknown). An
+        engine with nothing to schedule but requests waiting for a load sleeps until then."""
+        ...
+
     def request_finished(self, req: Request, blocks: int) -> tuple[bool, dict[str, Any] | None]:
         """``req`` finished holding ``blocks`` blocks: (free them later, on ``get_finished``?
         transfer parameters for the request's output)."""

@@ -99,6 +99,9 @@ class Scheduler:
 
     def reject_head(self, reason: str) -> Request:
         """Take the head of the waiting queue out for good (it can never be scheduled)."""
+        if self.transfers.pending:  # an engine that rejects instead of waiting would leak its blocks
+            raise RuntimeError("nothing to schedule while KV loads are pending: wait until "
+                               "KvConnector.next_finished_s(), do not reject the queue head")
         r = self.waiting.pop()
         r.status, r.reject_reason = Status.REJECTED, reason
         return r

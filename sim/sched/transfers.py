@@ -42,14 +42,19 @@ def probe(kv: KvAllocator, connector: KvConnector | None, r: Request) -> PrefixH
 class Transfers:
     """Requests a connector holds between steps (none without an asynchronous connector)."""
 
-    __slots__ = ("connector", "kv", "params", "received", "sending")
+    __slots__ = ("_loading", "kv", "params", "received", "sending")
 
     def __init__(self, kv: KvAllocator) -> None:
         self.kv = kv
-        self.connector = kv.connector
         self.received: set[int] = set()          # uids whose asynchronous load has arrived
         self.sending: dict[int, Request] = {}    # finished requests whose blocks the connector holds
         self.params: dict[int, dict[str, Any]] = {}  # uid -> kv_transfer_params from request_finished
+        self._loading = 0
+
+    @property
+    def connector(self) -> KvConnector | None:
+        """The allocator's connector (read each time: one may be connected after construction)."""
+        return self.kv.connector
 
     def poll(self, now: float) -> None:
         """Once per scheduled step: free what was sent, note what was received."""
@@ -63,11 +68,17 @@ class Transfers:
                 self.kv.free(r)
         self.received |= recv
 
+    @property
+    def pending(self) -> int:
+        """Requests waiting for an asynchronous load that has not arrived (or not been seen)."""
+        return self._loading
+
     def ready(self, r: Request) -> bool:
         """``r`` waits for a load: True (and ``r`` is a waiting request again) once it arrived."""
         if r.uid not in self.received:
             return False
         self.received.discard(r.uid)
+        self._loading -= 1
         r.status = Status.PREEMPTED if r.num_preemptions else Status.WAITING
         if self.kv.enable_caching:
             self.kv.register_full_blocks(r, r.num_computed_tokens)  # delayed caching (vLLM)
@@ -78,6 +89,8 @@ class Transfers:
         c = self.connector
         if c is not None:
             c.update_state_after_alloc(r, self.kv.num_held_blocks(r), hit.external_tokens)
+            if hit.load_async:
+                self._loading += 1
 
     def finished(self, r: Request) -> None:
         """``r`` finished: free its blocks now, or when the connector has sent them."""
