@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = (ROOT.parent / "shared" if (ROOT.parent / "shared").exists() else Path("/work/shared")) / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+TRACE = Path(os.environ.get("KVSIM_DATA", "$KVSIM_DATA")) / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 OUT = ROOT / "reports" / "plan-azure-conv"
 
 

@@ -18,7 +18,8 @@ from sim.run.build import build
 from sim.run.simulate import simulate
 from sim.sched.async_scheduler import AsyncScheduler
 from sim.sched.scheduler import Scheduler
-from tests.conftest import MOONCAKE_CONV, make_trace
+from tests.conftest import make_trace
+from tests.helpers import mooncake_slice
 
 
 def run(rows: list[dict], **kw):  # type: ignore[no-untyped-def]
@@ -161,11 +162,7 @@ def test_async_fast_forward_is_bit_identical_to_exact_steps(bundled_trace, kw: d
 
 
 def test_async_fast_forward_identical_with_prefix_sharing_on_mooncake() -> None:
-    from workloads import load_trace
-
-    tr = load_trace(MOONCAKE_CONV)
-    df = tr.df[tr.df["prompt_tokens"] < 8000].head(80).reset_index(drop=True)
-    tr = make_trace(df.to_dict("records"))
+    tr = mooncake_slice(80, 8000)
     kw = dict(gpu="h200", num_gpu_blocks=1500, max_model_len=8192)
     ff = simulate(make_config(**kw), tr, check=True)
     ex = simulate(make_config(exact_steps=True, **kw), tr, check=True)

@@ -9,7 +9,8 @@ import pytest
 from sim.config.schema import make_config
 from sim.io.results import MEM_CATS
 from sim.run.simulate import simulate
-from tests.conftest import MOONCAKE_CONV, make_trace
+from tests.conftest import make_trace
+from tests.helpers import mooncake_slice
 
 
 def run(rows, check: bool = True, **kw):
@@ -132,11 +133,7 @@ def test_fast_forward_is_bit_identical_to_exact_steps(bundled_trace, kw) -> None
 
 
 def test_fast_forward_identical_with_prefix_sharing_on_mooncake() -> None:
-    from workloads import load_trace
-
-    tr = load_trace(MOONCAKE_CONV)
-    df = tr.df[tr.df["prompt_tokens"] < 8000].head(80).reset_index(drop=True)
-    tr = make_trace(df.to_dict("records"))
+    tr = mooncake_slice(80, 8000)
     kw = dict(gpu="h200", num_gpu_blocks=1500, max_model_len=8192, async_scheduling=False)
     ff = simulate(make_config(**kw), tr)
     ex = simulate(make_config(exact_steps=True, **kw), tr)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from tests.conftest import NO_DATA, SHARED_TRACES
 from workloads import detect_format, load_trace
 from workloads.servegen import aggregate_rate, build_trace, mixture, pmf_stats, read_archive
 from workloads.stats import trace_stats
 
-TRACES = Path("/work/shared/traces")
-pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason="shared traces not present")
+TRACES = SHARED_TRACES
+pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason=NO_DATA)
 
 # file, format, rows, span_s, prompt (mean,p50,p90,p99,max,min), output (same), cv, peak/s,
 # per-minute (min,max) or None, prefix reuse or None  -- all from shared/traces/README.md

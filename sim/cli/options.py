@@ -64,6 +64,9 @@ SpecM = Annotated[str | None, typer.Option("--speculative-method", help="ngram |
 SpecA = Annotated[float | None, typer.Option("--spec-acceptance-rate", help="Probability that a draft token is accepted "
                                              "(kvsim's knob, default 0.7; drawn from --seed).")]
 Exact = Annotated[bool | None, typer.Option("--exact-steps/--fast-forward", help="Step one at a time (slower; identical results).")]
+Jitter = Annotated[bool | None, typer.Option("--arrival-jitter/--no-arrival-jitter", help="Spread each group of equal "
+                                            "timestamps of a coarse trace (e.g. Mooncake's) uniformly over its resolution, "
+                                            "seeded (default: on; `kvsim trace info` shows the resolution).")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="YAML file with the same keys as the flags.")]
 
 
@@ -77,7 +80,7 @@ SIMULATE_FLAGS: dict[str, Any] = {
     "kv_memory": KVM, "kv_cache_memory_bytes": KVMB, "kv_cache_dtype": KVCD,
     "disable_hybrid_kv_cache_manager": DHKV, "kv_offloading_size": KVOS, "preset": Preset, "policy": Policy, "victim": Victim,
     "chunked_prefill": ECP, "async_scheduling": Async, "num_speculative_tokens": NST, "speculative_method": SpecM,
-    "spec_acceptance_rate": SpecA, "exact_steps": Exact,
+    "spec_acceptance_rate": SpecA, "arrival_jitter": Jitter, "exact_steps": Exact,
 }
 R = TypeVar("R")
 

@@ -108,6 +108,7 @@ class SimConfig(BaseModel):
     serving_stack: str = "vllm"                     # calibrated only: vllm | lean | splitwise (sim/cost/stack.py)
     step_time_scale: float = Field(1.0, gt=0)       # multiply every step time (kvsim plan's band edge; what-ifs)
     seed: int = Field(0, ge=0)
+    arrival_jitter: bool = True                     # spread coarse timestamps (workloads/resolution.py)
     exact_steps: bool = False
 
     @model_validator(mode="before")

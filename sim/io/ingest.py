@@ -11,12 +11,26 @@ import numpy as np
 
 from sim.config.schema import SimConfig
 from sim.request import Request
+from workloads.resolution import spread_arrivals
 from workloads.schema import Trace
+
+
+#: the arrival jitter's own stream of the run's seed, apart from the scheduler's (draft acceptance,
+#: beam re-forks): spreading a coarse trace never shifts those draws
+ARRIVAL_STREAM = 7
+
+
+def arrival_times(trace: Trace, cfg: SimConfig) -> np.ndarray:
+    """The trace's arrivals, coarse timestamps spread over their resolution unless ``arrival_jitter`` is off."""
+    t = trace.df["arrival_s"].to_numpy(np.float64)
+    if not cfg.arrival_jitter:
+        return t
+    return spread_arrivals(t, np.random.default_rng([cfg.seed, ARRIVAL_STREAM]))
 
 
 def make_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
     df = trace.df
-    arrival = df["arrival_s"].to_numpy(np.float64).tolist()
+    arrival = arrival_times(trace, cfg).tolist()
     prompt = df["prompt_tokens"].to_numpy(np.int64).tolist()
     output = df["output_tokens"].to_numpy(np.int64).tolist()
     rid = df["request_id"].astype(str).tolist()
