@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pandas as pd
 
 from sim.cluster.slo import Slo, SloTarget
-from sim.cost.stack import resolve_stack
 from sim.fleet.binding import Diagnostics
 from sim.fleet.candidate import Candidate
 from sim.fleet.capacity import CapacityEstimate, Probe, SeedCapacity
 from sim.fleet.explain import infeasible_note, ranking_caveat
 from sim.fleet.report import recommendation, serving_stack_line
+from sim.run.build import build
 
 SLO = Slo((SloTarget("ttft", 0.99, 1.0), SloTarget("tpot", 0.99, 0.1)))
 TTFT, TPOT = SLO.targets
@@ -84,9 +84,9 @@ def test_plan_md_names_the_serving_stack_and_the_engine_it_represents() -> None:
     plan = SimpleNamespace(best=pd.Series(_row()), capacities=[SimpleNamespace(candidate=cand)],
                            spec=SimpleNamespace(base={"model": "llama-3.1-8b"}))
     line = serving_stack_line(plan)  # type: ignore[arg-type]
-    stack = resolve_stack("vllm")
+    stack = build(cand.config({"model": "llama-3.1-8b"})).cost.stack  # type: ignore[attr-defined]
     represents = getattr(stack, "engine", "") or stack.description
-    assert line.startswith("Serving stack: `vllm` profile, representing ") and represents in line
+    assert line.startswith(f"Serving stack: `{stack.name}` profile, representing ") and represents in line
     roof = SimpleNamespace(best=pd.Series(_row()), capacities=[SimpleNamespace(candidate=cand)],
                            spec=SimpleNamespace(base={"model": "llama-3.1-8b", "cost_model": "roofline"}))
     assert "none modelled" in serving_stack_line(roof)  # type: ignore[arg-type]

@@ -15,8 +15,8 @@ import pandas as pd
 from sim.errors import TraceError
 from workloads.detect import HEAD_BYTES, content_problem, header_columns, nearest_format
 from workloads.readers import azure, burstgpt, lengths, mooncake, normalized, vidur
-from workloads.resolution import timestamp_resolution
 from workloads.readers.base import ReadContext, Reader, ReadOptions
+from workloads.resolution import timestamp_resolution
 from workloads.rows import BadRows
 from workloads.schema import Trace, validate
 

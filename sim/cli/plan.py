@@ -125,12 +125,13 @@ def _check(args: dict[str, Any]) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @o.more_simulate_flags(skip=frozenset({"tensor_parallel_size", "total_rate"}))
     def plan(
         trace: Annotated[Path, typer.Argument(help="Trace file (any format kvsim reads).")],
-        model: Annotated[str, typer.Option("--model", help="Catalog name or HF config.json.")] = "llama-3.1-8b",
+        model: Annotated[str | None, typer.Option("--model", help="Catalog name, HF id or config.json (default llama-3.1-8b).")] = None,
         gpu: Annotated[str, typer.Option("--gpu", help="Comma-separated catalog GPUs, e.g. h100,a100-80gb,l40s.")] = "h100",
-        tp: Annotated[str, typer.Option("--tp", "--tensor-parallel-size", "-tp",
-                                        help="Comma-separated tensor-parallel degrees, e.g. 1,2.")] = "1",
+        tp: Annotated[str | None, typer.Option("--tp", "--tensor-parallel-size", "-tp",
+                                               help="Comma-separated tensor-parallel degrees, e.g. 1,2 (default 1).")] = None,
         slo_ttft_p50: SloTtftP50 = None, slo_ttft_p90: SloTtftP90 = None, slo_ttft_p99: SloTtftP99 = None,
         slo_tpot_p50: SloTpotP50 = None, slo_tpot_p90: SloTpotP90 = None, slo_tpot_p99: SloTpotP99 = None,
         slo_e2e_p50: SloE2eP50 = None, slo_e2e_p90: SloE2eP90 = None, slo_e2e_p99: SloE2eP99 = None,
@@ -139,7 +140,8 @@ def register(app: typer.Typer) -> None:
         address: Annotated[str | None, typer.Option(help="Ray cluster address (with --backend ray).")] = None,
         workers: Annotated[int, typer.Option(help="Parallel workers (local) / CPUs of a local Ray.")] = os.cpu_count() or 1,
         rate_scale: Annotated[float | None, typer.Option(help="Multiply the trace's arrival rate.")] = None,
-        target_qps: Annotated[float | None, typer.Option(help="Rescale the trace to this mean QPS.")] = None,
+        target_qps: Annotated[float | None, typer.Option("--target-qps", "--total-rate",
+                                                         help="Rescale the trace to this mean QPS (req/s).")] = None,
         prices: Annotated[Path | None, typer.Option(help="YAML of $/GPU-hour overrides.")] = None,
         price_point: Annotated[str, typer.Option(help="low | typical | high catalog price.")] = "typical",
         n_plus_k: Annotated[int, typer.Option(help="Spare replicas for failures (N+k).")] = 0,
@@ -165,8 +167,18 @@ def register(app: typer.Typer) -> None:
         max_model_len: o.MML = None, enable_prefix_caching: o.EPC = None,
         format: Annotated[str | None, typer.Option("--format", help="Trace format override.")] = None,
         out: Annotated[Path | None, typer.Option(help="Bundle directory (default reports/plan-<id>/).")] = None,
+        *, sim_flags: dict[str, Any],
     ) -> None:
-        """Find the cheapest fleet (GPU, TP, replicas, knobs) that meets the SLOs on TRACE."""
+        """Find the cheapest fleet (GPU, TP, replicas, knobs) that meets the SLOs on TRACE.
+
+        Every simulate flag (--kv-cache-dtype, --config, offload, async, spec decode, a pasted
+        `vllm serve` line after `--`) sets the replicas' config; --gpu, --tp and the knob flags
+        take comma-separated values to search."""
+        common = o.config_keys(**sim_flags)  # --config, then the vllm serve line, then flags
+        model = model or common.pop("model", None) or "llama-3.1-8b"
+        tp = tp or str(common.pop("tensor_parallel_size", 1))
+        common.pop("model", None)
+        common.pop("tensor_parallel_size", None)
         args = dict(locals())
         _check(args)
         slo = build_slo({k.removeprefix("slo_"): v for k, v in args.items() if k.startswith("slo_")}, attainment)
@@ -183,7 +195,7 @@ def register(app: typer.Typer) -> None:
         kinds = {"gpu_memory_utilization": float, "block_size": int, "max_num_seqs": int,
                  "max_num_batched_tokens": int, "allocator": str, "preemption": str}
         knobs = {k: _list(args[k], kinds[k], "--" + k.replace("_", "-")) for k in KNOBS if args[k]}
-        base = {k: v for k, v in dict(model=model, cost_model=cost_model, calibration=calibration,
+        base = common | {k: v for k, v in dict(model=model, cost_model=cost_model, calibration=calibration,
                                       serving_stack=serving_stack, preset=preset,
                                       max_model_len=max_model_len, enable_prefix_caching=enable_prefix_caching).items()
                 if v is not None}
@@ -203,6 +215,8 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=True)
         t0 = time.perf_counter()
         tr = load_trace(trace, fmt=format)
+        from sim.cli.notices import check_servegen_rate
+        check_servegen_rate(tr, rate_scale or 1.0, target_qps)
         inputs = _inputs(args, spec, tr, sha256(Path(tr.path)), versions(backend), len(cands))
         out_dir = out or Path("reports") / f"plan-{_plan_id(inputs)}"
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

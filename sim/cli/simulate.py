@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from sim.cli import options as o
-from sim.cli.notices import check_block_sizes
+from sim.cli.notices import check_block_sizes, check_servegen_rate
 from sim.config.schema import SimConfig
 from sim.io import fmt
 from sim.run.simulate import SimResult
@@ -88,6 +88,7 @@ def register(app: typer.Typer) -> None:
         t0 = time.perf_counter()
         tr = load_trace(trace or bundled_trace(), fmt=format, skip_bad=skip_bad)
         load_s = time.perf_counter() - t0
+        check_servegen_rate(tr, cfg.rate_scale, cfg.total_rate)
         if tr.num_bad_rows:
             console.print(f"[yellow]skipped {tr.num_bad_rows} malformed row(s) in {tr.path}[/yellow]")
         with Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.completed}/{task.total} requests"),

@@ -106,8 +106,13 @@ class SimConfig(BaseModel):
     cost_model: str = "calibrated"                  # roofline | constant:SECONDS | calibrated
     calibration: str | None = None
     serving_stack: str = "vllm"                     # calibrated only: vllm | lean | splitwise (sim/cost/stack.py)
+    enforce_eager: bool = False                     # vLLM --enforce-eager: no CUDA graphs (launch floor per layer)
+    enable_expert_parallel: bool = False            # vLLM --enable-expert-parallel: MoE experts whole per GPU
     step_time_scale: float = Field(1.0, gt=0)       # multiply every step time (kvsim plan's band edge; what-ifs)
     seed: int = Field(0, ge=0)
+    usage_context: Literal["openai-server", "llm-class"] = "openai-server"  # vLLM's batch defaults: vllm serve | LLM(...)
+    rate_scale: float = Field(1.0, gt=0)            # multiply the trace's arrival rate (arrivals / rate_scale)
+    total_rate: float | None = Field(None, gt=0)    # or rescale the trace to this mean req/s
     arrival_jitter: bool = True                     # spread coarse timestamps (workloads/resolution.py)
     exact_steps: bool = False
 
