@@ -1,7 +1,7 @@
 """Summary statistics of a trace: what ``kvsim trace info`` prints.
 
-Definitions follow ``shared/traces/README.md``: percentiles interpolate linearly; the mean
-rate is rows / (last - first arrival); the inter-arrival CV is std/mean of the gaps (ddof=0);
+Definitions follow the public traces' README (``$KVSIM_DATA/traces/README.md``): percentiles
+interpolate linearly; the mean rate is rows / (last - first arrival); the inter-arrival CV is std/mean of the gaps (ddof=0);
 per-second and per-minute counts use bins aligned to the first arrival (the per-minute
 min/max are over non-empty minutes; the last, partial minute counts as a full one); prefix reuse is the
 share of block references whose hash id appeared in an earlier request (unbounded cache).

@@ -20,6 +20,7 @@ from sim.io import fmt
 from sim.run.simulate import SimResult
 from sim.run.simulate import simulate as run_simulation
 from workloads import load_trace
+from workloads.schema import Trace
 
 BUNDLED = "azure_conv_slice.csv"
 
@@ -28,7 +29,15 @@ def bundled_trace() -> Path:
     return Path(str(resources.files("workloads").joinpath("data", BUNDLED)))
 
 
-def summary_table(res: SimResult) -> Table:
+def has_prefix_info(trace: Trace) -> bool:
+    """Whether the trace can hit the prefix cache at all: token ids, prefix hashes or fanned-out samples."""
+    df = trace.df
+    fans = any(c in df and bool((df[c] > 1).any()) for c in ("n", "beam_width"))
+    return fans or any(c in df and bool(df[c].map(lambda v: v is not None and len(v) > 0).any())
+                       for c in ("hash_ids", "prompt_token_ids"))
+
+
+def summary_table(res: SimResult, prefix_info: bool = True) -> Table:
     s = res.summary
     t = Table(title=f"kvsim: {s.trace.path.split('/')[-1]} | {res.config.model} on {res.config.gpu} "
                     f"(tp={res.config.tensor_parallel_size}) | {s.cost_model}", show_header=True)
@@ -54,7 +63,8 @@ def summary_table(res: SimResult) -> Table:
     rows.append(("KV pool: token states / reserved / internal / external / free",
                  " / ".join(f"{100 * m[k]:.1f}%" for k in ("token_state", "reserved", "internal_frag", "external_frag", "free"))))
     rows.append(("preemptions", f"{s.preemptions:,} ({fmt.num(s.preemptions_per_1k)} per 1k req)"))
-    rows.append(("prefix cache hit rate", f"{100 * s.prefix_cache.hit_rate:.1f}%"))
+    rows.append(("prefix cache hit rate", f"{100 * s.prefix_cache.hit_rate:.1f}%" + (
+        "" if prefix_info else " (the trace has no prefix information: no hash_ids or prompt_token_ids)")))
     if s.kv_offload.cpu_blocks:  # --kv-offloading-size: the hit per tier
         o = s.kv_offload
         rows.append(("  of which GPU / CPU tier", f"{100 * o.gpu_hit_rate:.1f}% / {100 * o.cpu_hit_rate:.1f}% "
@@ -98,5 +108,5 @@ def register(app: typer.Typer) -> None:
             res = run_simulation(cfg, tr, check=check, load_s=load_s,
                                  progress=lambda done, total: prog.update(task, completed=done))
         res.write(out)
-        Console().print(summary_table(res))
+        Console().print(summary_table(res, has_prefix_info(tr)))
         console.print(f"wrote {out}/requests.parquet, steps.parquet, summary.json")

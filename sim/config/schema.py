@@ -143,6 +143,14 @@ def _fmt_validation(e: ValidationError, where: str) -> str:
 
 
 def make_config(where: str = "config", **kw: Any) -> SimConfig:
+    """A validated :class:`SimConfig` from keyword arguments, the Python form of the CLI flags.
+
+    Keys are the flag names with underscores (``make_config(model="meta-llama/Llama-3.1-8B-Instruct",
+    gpu="h100", max_num_seqs=128, kv_cache_dtype="fp8")``); vLLM's spellings
+    ``num_gpu_blocks_override`` and ``kv_cache_memory_bytes`` are accepted. Unset knobs keep their
+    preset's default (``preset="vllm-0.33"``). A bad value raises :class:`~sim.errors.ConfigError`
+    with one line naming the key; ``where`` says where the keys came from (a file name, "flags").
+    """
     try:
         return SimConfig(**kw)
     except ValidationError as e:
