@@ -7,6 +7,7 @@ take a few, named one by one.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 from collections.abc import Callable
@@ -16,7 +17,8 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from sim.config.aliases import VLLM_ALIASES
-from sim.config.schema import SimConfig, load_config_yaml, make_config
+from sim.config.schema import SimConfig, load_config_yaml, make_config, read_yaml
+from sim.errors import ConfigError
 
 # flag -> typer Option. None defaults mean "unset": the config file or the preset decides.
 Model = Annotated[str | None, typer.Option("--model", help="Catalog name (llama-3.1-8b, ...) or a HF config.json path.")]
@@ -120,6 +122,8 @@ def simulate_flags(fn: Callable[..., R]) -> Callable[..., R]:
 def config_keys(config: Path | None, vllm_args: str | None = None, **flags: Any) -> dict[str, Any]:
     """The config keys of a YAML file, then a pasted ``vllm serve`` line, then flags (each wins
     over the one before). Ignored server-only flags of the line are listed on stderr."""
+    if config:
+        check_config_file(config)
     base = load_config_yaml(config) if config else {}
     if vllm_args:
         from sim.config.vllm_args import parse_vllm_serve
@@ -129,6 +133,24 @@ def config_keys(config: Path | None, vllm_args: str | None = None, **flags: Any)
             typer.echo(msg, err=True)
         base = _merge(base, line.config)
     return _merge(base, {k: v for k, v in flags.items() if v is not None})
+
+
+def check_config_file(path: Path) -> None:
+    """Refuse an empty ``--config`` (a typo'd path to an empty file would silently run defaults)
+    and name the nearest valid key for an unknown one."""
+    data = read_yaml(path)
+    if data is None or data == {}:
+        raise ConfigError(f"{path}: the config is empty; give at least one simulate option "
+                          "(e.g. `model: llama-3.1-8b`), or drop --config")
+    if not isinstance(data, dict):
+        return  # load_config_yaml says what is wrong
+    valid = [*SimConfig.model_fields, *VLLM_ALIASES]
+    for key in data:
+        k = str(key).replace("-", "_")
+        if k not in valid:
+            near = difflib.get_close_matches(k, valid, n=1, cutoff=0.6)
+            hint = f"; did you mean '{near[0]}'?" if near else f" (valid: {', '.join(SimConfig.model_fields)})"
+            raise ConfigError(f"{path}: unknown key '{key}'{hint}")
 
 
 def _merge(base: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:

@@ -13,10 +13,10 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sim.cli import options as o
+from sim.cli.progress import progress
 from sim.cluster.router import POLICIES
 from sim.cluster.slo import QUANTILES, Slo, SloTarget
 from sim.errors import ConfigError
@@ -71,7 +71,8 @@ def build_slo(values: dict[str, float | None], attainment: float | None) -> Slo:
 def rich_table(plan: Plan) -> Table:
     d = plan.demand
     t = Table(title=f"kvsim plan | peak {d.peak_qps:.1f} QPS (mean {d.mean_qps:.1f}) | {plan.spec.slo.describe()}")
-    for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("replicas (GPUs) [band edge]", "right"), ("SLO", "center"),
+    for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("knobs", "left"), ("replicas (GPUs) [band edge]", "right"),
+                 ("SLO", "center"),
                  ("attain LCB", "right"), ("QPS/replica (95% CI)", "right"), ("headroom", "right"),
                  ("$/h", "right"), ("$/1M out", "right"), ("$/day", "right"), ("KV util", "right"),
                  ("preempt/1k", "right"), ("binding", "left")):
@@ -79,15 +80,14 @@ def rich_table(plan: Plan) -> Table:
     for i, r in plan.table.iterrows():
         ok = bool(r["slo_pass"])
         price_flag = "*" if r["price_unverified"] else ""
-        knobs = "" if r["knobs"] == "defaults" else f" [{r['knobs']}]"
         t.add_row(
-            str(int(i) + 1), f"{r['gpu']}{knobs}", str(r["tp"]),  # type: ignore[call-overload]
+            str(int(i) + 1), str(r["gpu"]), str(r["tp"]), str(r["knobs"]),  # type: ignore[call-overload]
             "infeasible" if INFEASIBLE in str(r["note"]) else f"{r['replicas']} ({r['gpus']})"
             + (f" [{r['replicas_pessimistic']}]" if r.get("replicas_pessimistic", pd.NA) is not pd.NA else ""),
             ("yes" if r["validated"] else "yes (math)") if ok else "no",
             f"{100 * r['attainment_lower']:.2f}%" if r["attainment_lower"] == r["attainment_lower"] else "-",
             f"{r['max_qps_per_replica']:.1f} ({r['qps_ci_low']:.1f}–{r['qps_ci_high']:.1f})",
-            f"{r['headroom_pct']:.0f}%" if r["headroom_pct"] == r["headroom_pct"] else "-",
+            (f"{r['headroom_pct']:.0f}%" + ("*" if r["headroom_pct"] < 0 else "")) if r["headroom_pct"] == r["headroom_pct"] else "-",
             f"{r['cost_per_hour']:,.2f}{price_flag}" if r["cost_per_hour"] == r["cost_per_hour"] else "-",
             f"{r['cost_per_1m_out_tokens']:.3f}" if r["cost_per_1m_out_tokens"] == r["cost_per_1m_out_tokens"] else "-",
             f"{r['cost_per_day']:,.0f}" if r["cost_per_day"] == r["cost_per_day"] else "-",
@@ -219,16 +219,8 @@ def register(app: typer.Typer) -> None:
         check_servegen_rate(tr, rate_scale or 1.0, target_qps)
         inputs = _inputs(args, spec, tr, sha256(Path(tr.path)), versions(backend), len(cands))
         out_dir = out or Path("reports") / f"plan-{_plan_id(inputs)}"
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console, transient=True) as prog:
-            tasks: dict[str, Any] = {}
-
-            def progress(stage: str, done: int, total: int) -> None:
-                if stage not in tasks:
-                    tasks[stage] = prog.add_task(stage, total=total)
-                prog.update(tasks[stage], completed=done)
-
-            result = run_plan(tr.df, spec, progress, band=band)
+        with progress(console) as prog:
+            result = run_plan(tr.df, spec, prog.update, band=band)
         wall = time.perf_counter() - t0
         inputs["demand"] = {k: round(v, 4) for k, v in vars_of(result.demand).items()}
         inputs["wall_s"] = round(wall, 1)
@@ -237,6 +229,9 @@ def register(app: typer.Typer) -> None:
             command += ["--out", str(out_dir)]
         paths = write_bundle(result, out_dir, inputs, command)
         Console(width=200).print(rich_table(result))
+        if (result.table.get("headroom_pct", pd.Series(dtype=float)) < 0).any():
+            console.print("* negative headroom: the routed replay passed with fewer replicas than peak / capacity "
+                          "(replicas share bursts behind the router); see Notes in plan.md", highlight=False)
         for i, r in result.table.iterrows():
             if INFEASIBLE in str(r["note"]):
                 console.print(f"#{int(i) + 1} {r['gpu']} tp{r['tp']}: {r['note']}", highlight=False)  # type: ignore[call-overload]

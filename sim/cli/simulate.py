@@ -10,11 +10,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from sim.cli import options as o
 from sim.cli.notices import check_block_sizes, check_servegen_rate
+from sim.cli.progress import progress
 from sim.config.schema import SimConfig
 from sim.io import fmt
 from sim.run.simulate import SimResult
@@ -101,12 +101,9 @@ def register(app: typer.Typer) -> None:
         check_servegen_rate(tr, cfg.rate_scale, cfg.total_rate)
         if tr.num_bad_rows:
             console.print(f"[yellow]skipped {tr.num_bad_rows} malformed row(s) in {tr.path}[/yellow]")
-        with Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.completed}/{task.total} requests"),
-                      TimeRemainingColumn(), console=console, transient=True,
-                      disable=tr.num_requests < 2000) as prog:
-            task = prog.add_task("sim", total=tr.num_requests)
+        with progress(console, "requests", enabled=tr.num_requests >= 2000) as prog:
             res = run_simulation(cfg, tr, check=check, load_s=load_s,
-                                 progress=lambda done, total: prog.update(task, completed=done))
+                                 progress=lambda done, total: prog.update("simulating", done, total))
         res.write(out)
         Console().print(summary_table(res, has_prefix_info(tr)))
         console.print(f"wrote {out}/requests.parquet, steps.parquet, summary.json")

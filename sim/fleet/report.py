@@ -17,7 +17,7 @@ import yaml
 from sim.errors import ConfigError
 from sim.fleet import plots
 from sim.fleet.binding import LABELS
-from sim.fleet.explain import INFEASIBLE, SOFT_BASES, ranking_caveat
+from sim.fleet.explain import INFEASIBLE, SOFT_BASES, lowest_probe, ranking_caveat
 from sim.fleet.planner import Plan
 
 MD_COLS = {
@@ -28,6 +28,13 @@ MD_COLS = {
     "frag_share": "frag", "preempt_per_1k": "preempt/1k", "binding_constraint": "binding",
     "cost_model": "cost model", "cost_basis": "step-time basis", "replicas_pessimistic": "replicas at band edge",
 }
+
+
+NEGATIVE_HEADROOM = (
+    "- Negative headroom: the routed replay of the full trace met the SLO with fewer replicas than peak / "
+    "per-replica capacity. Capacity is measured one replica at a time on busy windows; behind a router the "
+    "replicas share each burst, so the fleet carries more than the sum suggests. The replay decides the size; "
+    "headroom compares it with the per-replica arithmetic.")
 
 
 def sha256(path: Path) -> str:
@@ -168,10 +175,24 @@ def notes_section(table: pd.DataFrame) -> list[str]:
     """Per-row notes (infeasibility, failed replays, prices) and the binding labels used."""
     lines = [f"- #{int(i) + 1} {r['gpu']} TP{r['tp']}: {r['note']}"  # type: ignore[call-overload]
              for i, r in table.iterrows() if str(r["note"])]
+    if "headroom_pct" in table and (table["headroom_pct"] < 0).any():
+        lines.append(NEGATIVE_HEADROOM)
     used = [b for b in LABELS if b in set(table["binding_constraint"])]
     lines += [f"- `{b}`: {LABELS[b][0]}; would help: {LABELS[b][1]} (rules in `sim/fleet/binding.py`)"
               for b in used]
     return ["## Notes", "", *lines, ""] if lines else []
+
+
+def best_achievable_rows(plan: Plan) -> list[tuple[str, list[tuple[str, float, float, bool]]]]:
+    """Per candidate: (target, quantile at its lowest probed load, threshold, lower bound?)."""
+    out = []
+    for cap in plan.capacities:
+        p = lowest_probe(cap)
+        if p is None:
+            continue
+        label = cap.candidate.label
+        out.append((label, [(t.name, v, t.seconds, p.stopped_early) for t, v in p.observed if math.isfinite(v)]))
+    return out
 
 
 def capacity_frame(plan: Plan) -> pd.DataFrame:
@@ -202,7 +223,10 @@ def write_bundle(plan: Plan, out: Path, inputs: dict[str, Any], command: list[st
     paths["csv"] = out / "plan.csv"
     capacity_frame(plan).to_csv(out / "capacity_probes.csv", index=False)
     validation_frame(plan).to_csv(out / "validation.csv", index=False)
-    paths["pareto"] = plots.pareto(t, plan.demand.peak_qps, out / "pareto.png")
+    if len(t) and not t["slo_pass"].astype(bool).any() and plan.capacities:
+        paths["pareto"] = plots.best_achievable(best_achievable_rows(plan), out / "best_achievable.png")
+    else:
+        paths["pareto"] = plots.pareto(t, plan.demand.peak_qps, out / "pareto.png")
     b = plan.best
     label = f"{int(b['replicas'])} x {b['gpu']} tp{int(b['tp'])}" if b is not None else ""
     if plan.autoscale is not None and b is not None:
@@ -240,7 +264,8 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
                   f"${ac.autoscale_cost:,.2f} over the {ac.hours:.2f} h trace vs ${ac.static_cost:,.2f} static peak "
                   f"({100 * ac.saving:.0f}% saved; oracle ${ac.oracle_cost:,.2f}); under-provisioned in "
                   f"{100 * ac.short_share:.0f}% of buckets (cold-start lag).", ""]
-    for role, title in (("pareto", "Cost vs QPS"), ("replicas", "Replicas over time"), ("cdf", "Latency CDFs")):
+    front = "Cost vs QPS" if paths.get("pareto", Path()).name == "pareto.png" else "Best achievable latency vs the SLO"
+    for role, title in (("pareto", front), ("replicas", "Replicas over time"), ("cdf", "Latency CDFs")):
         if role in paths:
             lines.append(f"![{title}]({paths[role].name})")
     lines += ["", *notes_section(plan.table)]
