@@ -139,13 +139,17 @@ def best_achievable_figure(rows: list[tuple[str, list[tuple[str, float, float, b
     targets = list(dict.fromkeys(name for _, obs in rows for name, _, _, _ in obs))
     fig, axes = plt.subplots(1, max(len(targets), 1), figsize=(5 * max(len(targets), 1), 4.2), squeeze=False)
     for ax, target in zip(axes[0], targets, strict=False):
-        labels, seen, limit, bound = [], [], math.nan, []
+        labels: list[str] = []
+        seen: list[float] = []
+        bound: list[bool] = []
+        limit = math.nan
         for label, obs in rows:
             for name, v, thr, lower in obs:
                 if name == target:
                     labels.append(label)
                     seen.append(v * 1e3)
-                    limit, bound = thr * 1e3, [*bound, lower]
+                    bound.append(lower)
+                    limit = thr * 1e3
         bars = ax.bar(range(len(seen)), seen, color="tab:grey")
         for b, lower in zip(bars, bound, strict=True):
             if lower:
