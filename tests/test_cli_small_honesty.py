@@ -108,3 +108,19 @@ def test_negative_headroom_is_explained_and_the_console_table_has_knobs() -> Non
     console.print(rich_table(plan))  # type: ignore[arg-type]
     text = console.export_text()
     assert "knobs" in text and "max_num_seqs=64" in text and "-12%*" in text
+
+
+def test_plot_cdf_has_a_tail_view_and_draws_the_slo() -> None:
+    from sim.plots.common import RunInfo
+    from sim.plots.heatmap import parse_slo
+    from sim.plots.latency import latency_cdfs
+
+    rng = np.random.default_rng(1)
+    req = pd.DataFrame({"status": "finished", "ttft_s": rng.exponential(0.2, 3000),
+                        "tpot_s": rng.exponential(0.02, 3000), "e2e_s": rng.exponential(5.0, 3000)})
+    fig = latency_cdfs([(RunInfo("t", "m", "h100", "c", "run"), req)], slo=parse_slo(["ttft_p99_s<=0.5"]), tail=True)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and "tail" in ax.get_title()
+    assert any(len(line.get_xdata()) == 2 and np.allclose(line.get_xdata(), 0.5) for line in ax.get_lines())
+    assert any(np.allclose(line.get_ydata(), 0.01) for line in ax.get_lines() if len(line.get_ydata()) == 2)
+    assert "SLO p99 <= 500 ms" in ax.get_legend_handles_labels()[1]

@@ -165,3 +165,16 @@ def test_servegen_absolute_rates_get_a_warning(capsys: pytest.CaptureFixture[str
     assert "warning:" in err and "792" in err and "--total-rate" in err
     check_servegen_rate(sg, total_rate=5.0)
     assert capsys.readouterr().err == ""
+
+
+def test_plan_and_sweep_help_list_every_simulate_flag_and_the_rate_flags() -> None:
+    from sim.cli.options import SIMULATE_FLAGS
+
+    infos = [a.__metadata__[0] for a in SIMULATE_FLAGS.values()]
+    names = [str(i.param_decls[0] if i.param_decls else i.default) for i in infos]  # typer: the first decl
+    for cmd in ("plan", "sweep", "simulate", "budget"):
+        code, text = kvsim(cmd, "--help")
+        assert code == 0
+        missing = [n for n in names if n.split("/")[0] not in text]
+        assert missing == [], (cmd, missing)
+        assert "--total-rate" in text and "--rate-scale" in text

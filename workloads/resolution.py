@@ -35,8 +35,8 @@ class Resolution:
         """One line for ``trace info`` and the trace notes."""
         head = (f"timestamps are coarse: {100 * self.equal_share:.0f}% of inter-arrival gaps are 0, "
                 f"distinct timestamps ~{_secs(self.granularity_s)} apart")
-        return head + ("; simulate spreads each group uniformly over that interval "
-                       "(seeded; --no-arrival-jitter replays it as-is)")
+        return head + ("; kvsim spreads each group uniformly over that interval (seeded) unless "
+                       "arrival_jitter is off (--no-arrival-jitter)")
 
 
 def _secs(s: float) -> str:

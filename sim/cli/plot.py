@@ -92,12 +92,16 @@ def heatmap(sweep: Annotated[Path, typer.Argument(help="sweep.parquet")],
 
 
 @app.command("cdf", short_help="Latency CDFs (TTFT, TPOT, E2E) comparing runs.")
-def cdf(runs: Runs, out: Out = Path("plots")) -> None:
+def cdf(runs: Runs, out: Out = Path("plots"),
+        slo: Annotated[list[str] | None, typer.Option("--slo", help="Draw a target, e.g. ttft_p99_s<=0.5 (repeatable).")] = None,
+        tail: Annotated[bool, typer.Option("--tail", help="Plot the tail (share slower than x, log scale): p99 readable.")] = False,
+        ) -> None:
     """Latency CDFs (TTFT, TPOT, E2E) comparing runs."""
     loaded = [read_run(r) for r in runs]
     infos = _labelled(runs, [i for i, _, _, _ in loaded])
-    _echo(save(latency_cdfs([(i, req) for i, (_, _, req, _) in zip(infos, loaded, strict=True)]),
-               out / "latency_cdf"))
+    fig = latency_cdfs([(i, req) for i, (_, _, req, _) in zip(infos, loaded, strict=True)],
+                       slo=parse_slo(slo or []), tail=tail)
+    _echo(save(fig, out / ("latency_tail" if tail else "latency_cdf")))
 
 
 def _labelled(runs: list[Path], infos: list[RunInfo]) -> list[RunInfo]:

@@ -106,11 +106,15 @@ def _band_note(b: pd.Series, sized_for_edge: bool) -> str:
             f"reaches {pct:+.0f}% (steps slower than predicted, 90th percentile).")
     if sized_for_edge:
         return head + (f" The fleet above is sized for that edge ({b['qps_pessimistic']:.1f} QPS per replica); "
-                       f"{n} {'replica' if n == 1 else 'replicas'} (${b['cost_per_hour']:,.2f}/h) would do only if "
+                       f"{_count(n, 'replica')} (${b['cost_per_hour']:,.2f}/h) would do only if "
                        "steps are as fast as predicted.")
     if int(n_p) == 0:
         return head + " At that edge no load meets the SLO: treat this size as unproven."
-    return head + f" At that edge the size holds: {n} {'replica' if n == 1 else 'replicas'} either way."
+    return head + f" At that edge the size holds: {_count(n, 'replica')} either way."
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def recommendation(plan: Plan) -> str:
@@ -127,13 +131,13 @@ def recommendation(plan: Plan) -> str:
     per_hour = edge[1] if edge else float(b["cost_per_hour"])
     scale = per_hour / float(b["cost_per_hour"]) if b["cost_per_hour"] else 1.0
     return (f"**Recommended: {n} x {b['gpu']} (TP={tp}, {b['knobs']})** = "
-            f"{n * tp} GPUs, ${per_hour:,.2f}/h, ${scale * b['cost_per_1m_out_tokens']:.3f} per 1M output "
+            f"{_count(n * tp, 'GPU')}, ${per_hour:,.2f}/h, ${scale * b['cost_per_1m_out_tokens']:.3f} per 1M output "
             f"tokens, ${24 * per_hour:,.0f}/day static"
             + ("" if edge else f" (${b['autoscale_cost_per_day']:,.0f}/day autoscaled)") + ". "
             f"One replica sustains {b['max_qps_per_replica']:.1f} QPS within the SLO (95% CI "
             f"{b['qps_ci_low']:.1f}–{b['qps_ci_high']:.1f}); peak demand {b['peak_qps']:.1f} QPS; "
-            f"headroom {b['headroom_pct']:.0f}% at {int(b['replicas'])} replicas; binding constraint: "
-            f"{b['binding_constraint']}. Routed replay of the full trace at {int(b['replicas'])} replicas: attainment "
+            f"headroom {b['headroom_pct']:.0f}% at {_count(int(b['replicas']), 'replica')}; binding constraint: "
+            f"{b['binding_constraint']}. Routed replay of the full trace at {_count(int(b['replicas']), 'replica')}: attainment "
             f"{100 * b['attainment']:.2f}% (lower bound {100 * b['attainment_lower']:.2f}%)."
             + _band_note(b, edge is not None))
 
