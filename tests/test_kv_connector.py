@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.kv.connector import ConnectorStats, KvConnector, PrefixHit
+from sim.kv.connector import ConnectorStats, KvConnector, PrefixHit, prefix_hit
 from sim.kv.paged import PagedAllocator
 from sim.request import Request, Status
 from sim.sched.scheduler import Scheduler
@@ -73,8 +73,9 @@ def setup(tokens: int = 16, arrives_s: float = 2.0, sent_s: float | None = None)
 
 
 def test_prefix_hit_is_typed_and_sums_its_tiers() -> None:
-    h = PrefixHit([5, 6], 8, 12, True)
-    assert h.tokens == 20 and h.blocks == [5, 6] and h.load_async
+    h = PrefixHit([5, 6], 20, 12, True)
+    assert h.local_tokens == 8 and h.blocks == [5, 6] and h.load_async
+    assert prefix_hit(([5, 6], 20, 12, True)) == h and type(prefix_hit(([], 0, 0, False))) is PrefixHit
     assert PrefixHit([], 0).tokens == 0 and not PrefixHit([], 0).load_async
 
 

@@ -12,8 +12,12 @@ caches block j of group g under ``key * num_groups + g`` -- for one group, the k
 A coordinator of one full-attention group therefore makes the same decisions with the same
 block ids as the paged allocator (``tests/test_kv_contract.py`` drives both with the same
 operations and compares). What stays in the subclasses is the per-step arithmetic: the paged
-allocator inlines its one group (no per-group loops, no window release, a bulk-decode view for
-fast-forward), because that is the engine's hot path; the hybrid one walks its groups.
+allocator inlines its one group -- the hit walk, ``blocks_needed`` / ``can_allocate`` /
+``allocate``, registration with arithmetic keys for unique blocks, a one-table ``free`` and the
+bulk-decode view fast-forward needs -- because that is the engine's hot path; the hybrid one walks
+its groups (window release, per-spec hits). Running the bench configuration (3,000 Azure conv
+requests, Llama-2-70B TP 2) on a coordinator of one group instead gives the same steps and
+preemptions at 1.4x the CPU time with exact steps and 3.2x by default (no bulk decode).
 """
 
 from __future__ import annotations

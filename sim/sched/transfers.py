@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.kv.base import KvAllocator
-from sim.kv.connector import KvConnector, PrefixHit
+from sim.kv.connector import KvConnector, PrefixHit, prefix_hit
 from sim.request import Request, Status
 
 REMOTE = Status.WAITING_FOR_REMOTE_KVS
@@ -30,13 +30,13 @@ def probe(kv: KvAllocator, connector: KvConnector | None, r: Request) -> PrefixH
     no probe (vLLM probes only requests with nothing computed).
     """
     if r.num_computed_tokens:
-        return PrefixHit([], r.num_computed_tokens)
+        return prefix_hit(([], r.num_computed_tokens, 0, False))
     blocks = kv.get_computed_blocks(r)
     local = len(blocks) * kv.block_size
     if connector is None:
-        return PrefixHit(blocks, local)
+        return prefix_hit((blocks, local, 0, False))
     ext, load_async = connector.get_num_new_matched_tokens(r, local)
-    return PrefixHit(blocks, local, ext, load_async and ext > 0)
+    return prefix_hit((blocks, local + ext, ext, load_async and ext > 0))
 
 
 class Transfers:
@@ -57,8 +57,9 @@ class Transfers:
         return self.kv.connector
 
     def poll(self, now: float) -> None:
-        """Once per scheduled step: free what was sent, note what was received."""
-        c = self.connector
+        """Once per scheduled step (when the allocator has a connector): free what was sent, note
+        what was received."""
+        c = self.kv.connector
         if c is None or not c.asynchronous:
             return
         sent, recv = c.get_finished(now)
