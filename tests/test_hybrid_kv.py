@@ -21,15 +21,15 @@ from sim.request import Request
 from sim.run.simulate import simulate
 from sim.sched.admission import Admission
 from tests.conftest import make_trace
+from tests.helpers import req as _req
 
 SW8 = KvGroup("sliding_window", 8, 0)       # window 8 tokens; with B = 4: 2 blocks
 FULL = KvGroup("full")
 
 
 def req(uid: int, prompt: int, out: int = 4, content: int | None = 0) -> Request:
-    ids = None if content is None else ("ids", tuple(range(content, content + prompt)))
-    return Request(uid=uid, request_id=str(uid), arrival_s=0.0, prompt_tokens=prompt, output_tokens=out,
-                   content=ids)
+    """Content ids ``content ..`` by default (None: no content), so prompts share prefixes."""
+    return _req(uid, prompt, out, base=content)
 
 
 def step(kv: HybridAllocator, r: Request, n: int, hits: list[int] | None = None) -> None:

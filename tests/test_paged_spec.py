@@ -8,11 +8,7 @@ from sim.request import Request
 from sim.run.simulate import simulate
 from sim.sched.admission import Admission
 from tests.conftest import make_trace
-
-
-def req(uid: int, prompt: int, ids: tuple[int, ...] | None = None, out: int = 4) -> Request:
-    return Request(uid=uid, request_id=str(uid), arrival_s=0.0, prompt_tokens=prompt, output_tokens=out,
-                   content=("ids", ids) if ids is not None else None)
+from tests.helpers import req
 
 
 def admit(pool: PagedAllocator, r: Request) -> int:
@@ -75,9 +71,9 @@ def test_a_fully_cached_48_token_prompt_hits_32() -> None:
     """s4.5: the hit is capped at num_tokens - 1 and rounded down to whole blocks."""
     pool = PagedAllocator(100, 16)
     ids = tuple(range(48))
-    a = req(0, 48, ids)
+    a = req(0, 48, ids=ids)
     assert admit(pool, a) == 0
-    b = req(1, 48, ids)
+    b = req(1, 48, ids=ids)
     assert admit(pool, b) == 32
     pool.check([a, b])
 
@@ -85,10 +81,10 @@ def test_a_fully_cached_48_token_prompt_hits_32() -> None:
 def test_a_hit_on_a_free_cached_block_unlinks_it_and_counts_against_capacity() -> None:
     pool = PagedAllocator(6, 4)  # 5 usable
     ids = tuple(range(12))
-    a = req(0, 12, ids)
+    a = req(0, 12, ids=ids)
     admit(pool, a)
     pool.free(a)  # blocks 1, 2 hashed -> tail; 3 hashed too (12 = 3 full blocks)
-    b = req(1, 12, ids)
+    b = req(1, 12, ids=ids)
     hits = pool.get_computed_blocks(b)
     assert len(hits) == 2  # capped at 11 tokens -> 2 blocks
     assert pool.can_allocate(b, 4, hits) == 1  # 1 new block; the 2 hits also leave the free queue
@@ -99,7 +95,7 @@ def test_a_hit_on_a_free_cached_block_unlinks_it_and_counts_against_capacity() -
 
 def test_popping_a_cached_block_is_an_eviction() -> None:
     pool = PagedAllocator(4, 4)  # 3 usable
-    a = req(0, 8, tuple(range(8)))
+    a = req(0, 8, ids=tuple(range(8)))
     admit(pool, a)
     pool.free(a)
     assert pool.evictions == 0
