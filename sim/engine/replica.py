@@ -62,6 +62,8 @@ class Replica:
         self._cursor = 0
         self._router_next: Callable[[], float] | None = None
         self._wake: simpy.Event | None = None
+        #: the time of the step being planned (also inside a fast-forward window): KV events' stamp
+        self.clock = 0.0
         self.process = env.process(self._loop_async() if kernel.sched.async_scheduling else self._loop())
 
     # ---- views --------------------------------------------------------------------------------
@@ -116,11 +118,13 @@ class Replica:
         return min(self.next_own_arrival(), self._router_next())
 
     def _pull_due(self, now: float) -> None:
+        self.clock = now
         if self._cursor < len(self._inbox) and self._inbox[self._cursor].arrival_s <= now:
             self._pull(now)
 
     def _pull(self, now: float, force: int = 0) -> None:
         inbox, sched = self._inbox, self.kernel.sched
+        self.clock = now
         i = self._cursor
         while i < len(inbox) and (inbox[i].arrival_s <= now or i < force):
             r = inbox[i]
@@ -132,6 +136,11 @@ class Replica:
                 sched.add(r)
             i += 1
         self._cursor = i
+
+    @property
+    def unpulled(self) -> list[Request]:
+        """Submitted requests the loop has not taken in yet (router signals: queue depth)."""
+        return self._inbox[self._cursor:]
 
     @property
     def outstanding_tokens(self) -> int:
@@ -150,7 +159,8 @@ class Replica:
             if not sched.running and sched.num_waiting == 0 and not (yield from self._wait_for_work()):
                 continue
             now = env.now
-            plan = sched.schedule(now, k.step)
+            plan = k.pending if k.pending is not None else sched.schedule(now, k.step)
+            k.pending = None
             if not plan.scheduled and not sched.running:
                 self._reject_head()
                 continue

@@ -23,6 +23,7 @@ only when every running request is a decoder sampling in it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from sim.engine.fastforward.decoders import join, leave
@@ -76,6 +77,7 @@ def _window(k: StepKernel, f: InFlight, pull_due: Pull, next_arrival: NextArriva
     step_cost, log_row, bb = k.cost.step_time, k.log.append, k.block_bytes
     breakdown, peek = kv.breakdown, sched.waiting.peek
     prev_plan, prev_batch, dt_prev, t_prev, pend_done = f.plan, f.batch, f.dt, f.start, f.done
+    na = next_arrival() if next_arrival is not None else math.inf  # no submission until the window ends
     t = t_prev + dt_prev  # when the step in flight ends
     partial: set[int] = set()
     s = 0
@@ -84,8 +86,10 @@ def _window(k: StepKernel, f: InFlight, pull_due: Pull, next_arrival: NextArriva
         bucket = buckets[s1 % B] if paged else []
         if len(bucket) > (fq.size if fq is not None else kv.num_free_blocks) or decoders > max_batched:
             break  # planning this step could preempt, or not every decoder fits the budget
-        if next_arrival is not None and t_prev >= next_arrival():
-            break  # a router may submit before this step is planned: let SimPy run first
+        if t >= na:
+            # the step in flight ends at or after the router's next arrival, which reads replica
+            # state mid-flight (step s running, step s1 planned): the exact loop plans s1
+            break
         # ---- plan step s1 while step s runs (arrivals by t_prev; step s's tokens unseen) ----
         pull_due(t_prev)
         if bucket:

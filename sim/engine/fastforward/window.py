@@ -25,6 +25,7 @@ same order, so ``--exact-steps`` gives identical output (tested).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -44,7 +45,10 @@ def fast_forward(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArri
     """Run as many steps as can be done in bulk, starting at time ``t``; return the end time.
 
     ``pull_due(t)`` admits the arrivals due by ``t`` to the scheduler; ``next_arrival`` (a
-    router's hint) stops the window before a step that a submission could change.
+    router's hint) stops the window before a step that a submission could change. A live router
+    also reads replica state at its next arrival, so no step of the window may end at or after
+    it: the step that would straddle it is planned here and handed to the exact loop as
+    ``k.pending`` (planned as ``sched.schedule`` would have, its outcome not applied).
 
     Not in bulk: paper-v0's prefill-only steps, swapped requests waiting, and speculative
     decoding (a decode advances by its accepted drafts, 1 to K + 1 tokens a step, so decoders
@@ -87,13 +91,14 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
     step_cost, log_row, bb = k.cost.step_time, k.log.append, k.block_bytes
     max_seqs = sched.max_num_seqs
     breakdown, peek = kv.breakdown, sched.waiting.peek  # no swapped requests in a window
+    na = next_arrival() if next_arrival is not None else math.inf  # no submission until the window ends
     s = 0
     while decoders:
         s1 = s + 1
         bucket = buckets[s1 % B] if paged else []
         if len(bucket) > (fq.size if fq is not None else kv.num_free_blocks) or decoders > max_batched:
             break  # this step could preempt, or not every decoder fits the budget: go exact
-        if next_arrival is not None and t >= next_arrival():
+        if t >= na:
             break  # a router may submit before this step starts: let SimPy run it first
         # ---- step s1: arrivals, the running pass (decodes), admissions ----
         pull_due(t)
@@ -124,6 +129,10 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
                                page, 0, a.swap_in_blocks, bb))  # swap-in: CPU offload loads
         dt = step_cost(batch)
         end = t + dt
+        if end >= na:  # the router reads this step mid-flight: the exact loop runs it
+            _materialise(running, s, {r.uid for r, _ in plan.scheduled} if plan is not None else set())
+            k.pending = _pending_plan(running, plan)
+            return t
         # ---- outcome ----
         partial: set[int] = set()
         if plan is not None:
@@ -171,6 +180,16 @@ def _window(k: StepKernel, t: float, pull_due: Pull, next_arrival: NextArrival |
     if s:
         _materialise(running, s, set())
     return t
+
+
+def _pending_plan(running: list[Request], admitted: StepPlan | None) -> StepPlan:
+    """The plan ``sched.schedule`` returns for a window step: every decoder one token (running
+    order), then the admissions."""
+    if admitted is None:
+        return StepPlan(scheduled=[(r, 1) for r in running])
+    new = {r.uid for r, _ in admitted.scheduled}
+    admitted.scheduled[:0] = [(r, 1) for r in running if r.uid not in new]
+    return admitted
 
 
 def _seq(r: Request) -> int:
