@@ -7,7 +7,6 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.kv import sharing
 from sim.kv.base import cdiv
 from sim.kv.paged import PagedAllocator
 from sim.kv.slab import SlabAllocator
@@ -61,12 +60,12 @@ def test_paged_invariants_hold_after_every_operation(ops, B, N, order, caching) 
             dst = _req(uid, src.prompt_tokens, shared=False)
             uid += 1
             dst.num_computed_tokens = src.num_computed_tokens
-            sharing.fork(pool, src, dst)
+            pool.sharing.fork(src, dst)
             live.append(dst)
         elif live and op == "cow" and not caching:
             r = live[pick % len(live)]
             if pool.num_held_blocks(r):
-                sharing.copy_on_write(pool, r)
+                pool.sharing.copy_on_write(r)
         pool.check(live)
     for r in live:
         pool.free(r)

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from sim.kv.base import MemoryBreakdown
 from sim.kv.block_pool import BlockPool, PoolCounters
 from sim.kv.block_table import BlockTable
+from sim.kv.connector import KvConnector
 from sim.kv.hashing import BlockHasher
 from sim.kv.hybrid_hits import longest_hit
 from sim.kv.hybrid_table import GroupHits, HybridTable
@@ -43,6 +44,9 @@ class HybridAllocator(PoolCounters):
     #: no bulk decode: a window group releases blocks on any step (``allocates_every_step``),
     #: so these models run step by step
     decode_blocks = None
+    sharing = None    # fork + copy-on-write is a one-group mechanism
+    layout = None     # a memory map draws one group
+    connector = None
 
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[KvGroup], *,
                  free_order: str = "front-tail", enable_caching: bool = True) -> None:
@@ -61,6 +65,13 @@ class HybridAllocator(PoolCounters):
             by_spec.setdefault(g, []).append(i)
         self._specs = sorted(by_spec.items(), key=lambda s: s[0].windowed)  # full attention first
         self._simple = len(self._specs) == 2 and not self._specs[0][0].windowed
+
+    def connect(self, connector: KvConnector) -> None:
+        raise ValueError("a KV connector over several KV-cache groups is not modelled")
+
+    def block_keys(self, req: Request, start: int, stop: int) -> list[int]:
+        first, key = self._handle(req).tables[0], self.hasher.key
+        return [key(req, first, j) for j in range(start, stop)]
 
     # ---- capacity (num_free_blocks, usage, evictions, shared_excess: PoolCounters) ----------
 
@@ -172,7 +183,7 @@ class HybridAllocator(PoolCounters):
         return need
 
     def allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
-                 *, reserve: int = 0) -> bool:
+                 *, reserve: int = 0, cache: bool = True) -> bool:
         """vLLM's ``allocate_slots``: window release first (kept even on failure), then
         all-or-nothing."""
         t = self._handle(req)
@@ -188,7 +199,7 @@ class HybridAllocator(PoolCounters):
         for tg in t.tables:
             if want > len(tg.blocks):
                 tg.blocks.extend(self.pool.get_new_blocks(want - len(tg.blocks)))
-        if self.enable_caching:
+        if cache and self.enable_caching:
             self._cache(req, t, min(slots, req.num_tokens))
         return True
 

@@ -19,19 +19,14 @@ from functools import partial
 
 from sim.kv.base import MemoryBreakdown, cdiv
 from sim.kv.block_pool import BlockPool, PoolCounters
-from sim.kv.block_table import BlockTable
+from sim.kv.block_table import table_of
+from sim.kv.connector import KvConnector
 from sim.kv.hashing import UNIQUE_BASE, BlockHasher, shared_prefix_blocks
+from sim.kv.layout import PagedLayout
+from sim.kv.sharing import ForkSharing
 from sim.request import Request
 
 _breakdown = partial(tuple.__new__, MemoryBreakdown)  # MemoryBreakdown from a tuple, fast
-
-
-def table_of(req: Request) -> BlockTable:
-    """The request's block table, created on first use."""
-    t = req.kv
-    if t is None:
-        t = req.kv = BlockTable()
-    return t  # type: ignore[no-any-return]
 
 
 class PagedAllocator(PoolCounters):
@@ -58,6 +53,35 @@ class PagedAllocator(PoolCounters):
         self.allocates_every_step = False
         self.exact_fill = exact_fill  # shared blocks may be partial (fork mode): see breakdown
         self._null_slots = (num_blocks - self.usable_blocks) * block_size
+        self.connector: KvConnector | None = None
+        self.sharing = ForkSharing(self)
+        self.layout = PagedLayout(self)
+
+    def connect(self, connector: KvConnector) -> None:
+        """Tell ``connector`` of every registration (:meth:`register_full_blocks`, fast-forward's
+        :meth:`register_decoded_blocks`); the plain methods stay untouched without one (hot path)."""
+        if not self.enable_caching:
+            raise ValueError("a KV connector keys blocks by the prefix cache: it needs prefix caching")
+        self.connector = connector
+        plain, save = self.register_full_blocks, connector.save_blocks
+
+        def register(req: Request, num_tokens: int) -> None:
+            t = table_of(req)
+            before = t.num_registered
+            plain(req, num_tokens)
+            save(req, before, t.num_registered)
+
+        def register_decoded(reqs: list[Request], ahead: int) -> None:
+            for r in reqs:
+                register(r, r.num_computed_tokens + ahead)
+
+        self.register_full_blocks = register  # type: ignore[method-assign]
+        self.register_decoded_blocks = register_decoded  # type: ignore[method-assign]
+
+    def block_keys(self, req: Request, start: int, stop: int) -> list[int]:
+        """Content keys of logical blocks ``start..stop`` (the keys they are cached under)."""
+        table, key = table_of(req), self.hasher.key
+        return [key(req, table, j) for j in range(start, stop)]
 
     # ---- capacity (num_free_blocks, usage, evictions, shared_excess: PoolCounters) ----------
 
@@ -164,11 +188,12 @@ class PagedAllocator(PoolCounters):
         return need
 
     def allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
-                 *, reserve: int = 0) -> bool:
+                 *, reserve: int = 0, cache: bool = True) -> bool:
         """Give ``req`` slots for ``num_new_tokens`` more tokens; all-or-nothing.
 
         ``hits`` are prefix-cache hits adopted now (new or resumed request). Returns False and
-        changes nothing when the blocks are not there.
+        changes nothing when the blocks are not there. ``cache=False``: publish nothing yet (an
+        asynchronous load: its blocks are registered when it arrives).
         """
         need = self.can_allocate(req, num_new_tokens, hits, reserve=reserve)
         if need < 0:
@@ -179,7 +204,7 @@ class PagedAllocator(PoolCounters):
             table.blocks.extend(hits)
         if need:
             table.blocks.extend(self.pool.get_new_blocks(need))
-        if self.enable_caching:
+        if cache and self.enable_caching:
             slots = req.num_computed_tokens + len(hits) * self.block_size + num_new_tokens
             self.register_full_blocks(req, min(slots, req.num_tokens))
         return True
@@ -243,3 +268,5 @@ class PagedAllocator(PoolCounters):
                 for b in r.kv.blocks:
                     counted[b] += 1
         self.pool.check(counted)
+        if self.connector is not None:
+            self.connector.check()

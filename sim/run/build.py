@@ -23,7 +23,7 @@ from sim.engine.step import StepKernel
 from sim.errors import ConfigError
 from sim.io.rejects import BATCH_TOKENS, KV_POOL, MAX_MODEL_LEN, Rejection
 from sim.kv.base import KvAllocator
-from sim.kv.factory import paged_variant
+from sim.kv.factory import make_connector, paged_variant
 from sim.kv.paged import PagedAllocator
 from sim.kv.slab import SlabAllocator
 from sim.memory.budget import KvBudget, compute_budget, model_for
@@ -48,16 +48,18 @@ class Components(NamedTuple):
 
 
 def make_allocator(cfg: SimConfig, budget: KvBudget, fork: bool, model: ModelSpec | None = None) -> KvAllocator:
-    variant = paged_variant(cfg, budget, model, fork) if model is not None else None  # hybrid groups, CPU tier
-    if variant is not None:
-        return variant
-    if cfg.allocator == "paged":
-        return PagedAllocator(
+    """The KV pool, with the KV connector the flags ask for (CPU offload tier) behind it."""
+    kv = paged_variant(cfg, budget, model, fork) if model is not None else None  # hybrid groups
+    if kv is None and cfg.allocator == "paged":
+        kv = PagedAllocator(
             budget.num_gpu_blocks, cfg.block_size, null_block=budget.null_block,
             free_order=cfg.resolved("free_order"),
             enable_caching=bool(cfg.resolved("enable_prefix_caching")), exact_fill=fork)
-    slots = budget.available_kv_bytes // budget.bytes_per_token
-    return SlabAllocator(int(slots), budget.max_model_len, cfg.reservation, cfg.slab_placement)
+    if kv is None:
+        slots = budget.available_kv_bytes // budget.bytes_per_token
+        return SlabAllocator(int(slots), budget.max_model_len, cfg.reservation, cfg.slab_placement)
+    make_connector(cfg, budget, kv)
+    return kv
 
 
 def victim_name(cfg: SimConfig) -> str:
@@ -141,7 +143,9 @@ def new_replica(env: simpy.Environment, cfg: SimConfig, *, parts: Components | N
     kernel = StepKernel(sched, kv, cost, block_bytes=budget.bytes_per_block)
     exact = cfg.exact_steps if exact_steps is None else exact_steps
     # windows free blocks mid-decode, or a paged pool offers no bulk-decode view: no fast-forward
-    exact = exact or kv.allocates_every_step or (kv.paged and kv.decode_blocks is None)
+    # or a KV connector completes transfers between steps (polled per scheduled step): no fast-forward
+    exact = exact or kv.allocates_every_step or (kv.paged and kv.decode_blocks is None) \
+        or (kv.connector is not None and kv.connector.asynchronous)
     return Replica(env, kernel, exact_steps=exact,
                    check=check, reject=rejecter(budget, kv, sched), on_step=on_step,
                    on_progress=on_progress)
