@@ -162,7 +162,8 @@ class Replica:
             plan = k.pending if k.pending is not None else sched.schedule(now, k.step)
             k.pending = None
             if not plan.scheduled and not sched.running:
-                self._reject_head()
+                if not (yield from self._wait_for_transfers()):
+                    self._reject_head()
                 continue
             batch = k.batch(plan)
             dt = k.cost.step_time(batch)
@@ -196,7 +197,8 @@ class Replica:
                     continue
                 plan = sched.schedule(env.now, k.step)
                 if not plan.scheduled and not sched.running:
-                    self._reject_head()
+                    if not (yield from self._wait_for_transfers()):
+                        self._reject_head()
                     continue
                 plan.num_preempted += unrecorded
                 unrecorded = 0
@@ -233,6 +235,22 @@ class Replica:
         yield self._wake
         self._wake = None
         return False
+
+    def wake(self) -> None:
+        """Wake an idle loop (a KV connector's transfer landed, or its blocks were sent)."""
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _wait_for_transfers(self) -> Generator[simpy.Event, Any, bool]:
+        """Nothing could be scheduled while a KV connector holds requests (a load in flight,
+        blocks not yet sent): wait for :meth:`wake` instead of rejecting. False: none held."""
+        t = self.kernel.sched.transfers
+        if t.connector is None or not t.connector.asynchronous or len(t.holders([], self.kernel.sched.waiting)) == 0:
+            return False
+        self._wake = self.env.event()
+        yield self._wake
+        self._wake = None
+        return True
 
     def _reject_head(self) -> None:
         """Nothing runs and nothing was scheduled: the waiting head can never run; reject it."""
