@@ -46,8 +46,9 @@ class PrefixView(Protocol):
         ...
 
 
-class _Keys:
-    """A request's prompt-block keys, computed once per request with the fleet's hasher."""
+class PromptKeys:
+    """A request's shareable prompt-block keys (all its full prompt blocks with content, as the
+    engine registers them), computed once per request with the fleet's hasher."""
 
     def __init__(self, hasher: BlockHasher) -> None:
         self.hasher = hasher
@@ -57,11 +58,14 @@ class _Keys:
     def __call__(self, req: Request) -> list[int]:
         if req.uid != self._uid:
             B = self.hasher.block_size
-            n = min((req.prompt_tokens - 1) // B, shared_prefix_blocks(req, B))  # as a lookup caps it
             table = BlockTable()  # scratch: never the request's own handle
-            self._keys = [self.hasher.key(req, table, j) for j in range(max(n, 0))]
+            self._keys = [self.hasher.key(req, table, j) for j in range(shared_prefix_blocks(req, B))]
             self._uid = req.uid
         return self._keys
+
+    def lookup(self, req: Request) -> list[int]:
+        """The keys a prefix lookup may hit: capped one token short of the prompt (vLLM)."""
+        return self(req)[:max((req.prompt_tokens - 1) // self.hasher.block_size, 0)]
 
 
 def leading(keys: Sequence[int], held: object) -> int:
@@ -78,7 +82,7 @@ class PreciseView:
     """From KV events (see the module docstring); ``delay_s`` makes it stale."""
 
     def __init__(self, reps: Sequence[Replica], block_size: int, delay_s: float = 0.0) -> None:
-        self.keys = _Keys(BlockHasher(block_size))
+        self.keys = PromptKeys(BlockHasher(block_size))
         self.delay_s = delay_s
         self._index = {id(r): i for i, r in enumerate(reps)}
         self._logs: list[KvEventLog | None] = [install(r, self.keys.hasher, record=delay_s > 0) for r in reps]
@@ -86,7 +90,7 @@ class PreciseView:
         self._applied = [0] * len(reps)
 
     def prompt_blocks(self, req: Request) -> int:
-        return len(self.keys(req))
+        return len(self.keys.lookup(req))
 
     def held(self, rep: Replica, now: float) -> object:
         """The keys the router sees for ``rep`` at ``now`` (a live mapping when not stale)."""
@@ -109,7 +113,7 @@ class PreciseView:
         return seen
 
     def hits(self, req: Request, rep: Replica, now: float) -> int:
-        return leading(self.keys(req), self.held(rep, now))
+        return leading(self.keys.lookup(req), self.held(rep, now))
 
     def routed(self, req: Request, rep: Replica, now: float) -> None:
         return None
@@ -121,7 +125,7 @@ class ApproximateView:
 
     def __init__(self, reps: Sequence[Replica], block_size: int, delay_s: float = 0.0,
                  capacity: int | None = None) -> None:
-        self.keys = _Keys(BlockHasher(block_size))
+        self.keys = PromptKeys(BlockHasher(block_size))
         self.delay_s = delay_s
         self._index = {id(r): i for i, r in enumerate(reps)}
         self._cap = [capacity or r.kv.usable_blocks for r in reps]
@@ -129,7 +133,7 @@ class ApproximateView:
         self._due: list[deque[tuple[float, list[int]]]] = [deque() for _ in reps]
 
     def prompt_blocks(self, req: Request) -> int:
-        return len(self.keys(req))
+        return len(self.keys.lookup(req))
 
     def held(self, rep: Replica, now: float) -> OrderedDict[int, None]:
         i = self._index[id(rep)]
@@ -143,7 +147,7 @@ class ApproximateView:
         return lru
 
     def hits(self, req: Request, rep: Replica, now: float) -> int:
-        return leading(self.keys(req), self.held(rep, now))
+        return leading(self.keys.lookup(req), self.held(rep, now))
 
     def routed(self, req: Request, rep: Replica, now: float) -> None:
         self._due[self._index[id(rep)]].append((now + self.delay_s, list(self.keys(req))))
