@@ -43,6 +43,7 @@ class PullRecord:
     landed_s: float = -1.0          # last byte arrived
     blocks: int = 0                 # blocks moved
     nbytes: float = 0.0
+    blocked: bool = False           # waited for free decode blocks (not allocated at its first pass)
 
 
 class PrefillSender:
@@ -103,10 +104,11 @@ class DecodeReceiver:
     expected: dict[int, _Expected] = field(default_factory=dict)
     records: list[PullRecord] = field(default_factory=list)
     receiving: list[tuple[float, int]] = field(default_factory=list)  # (time, blocks held receiving)
-    blocked: int = 0                 # requests that waited for free blocks before their pull
+    blocked: int = 0                 # requests that waited for free blocks to receive into
     asynchronous: bool = True
     _held: int = 0
     _landed: set[int] = field(default_factory=set)
+    _seen: set[int] = field(default_factory=set)
 
     def expect(self, req: Request, record: PullRecord, sender: PrefillSender, link: Link) -> None:
         """``req``'s prompt KV is on ``sender``'s instance; it reaches us now."""
@@ -127,8 +129,7 @@ class DecodeReceiver:
             return
         env, rec = self.rep.env, e.record
         rec.start_s = env.now
-        if rec.start_s > rec.reached_s:
-            self.blocked += 1
+        self._seen.discard(req.uid)
         if num_external_tokens <= 0:  # all of it cached here already: nothing to pull
             rec.landed_s = env.now
             e.sender.sent(req.uid)
@@ -157,6 +158,15 @@ class DecodeReceiver:
         return False, None
 
     def get_finished(self, now: float) -> tuple[set[int], set[int]]:
+        """Once per scheduling pass: what landed; and a request still not allocated at its second
+        pass after reaching us is *blocked* (the decode pool had no room to receive it)."""
+        for uid, e in self.expected.items():
+            if uid in self._seen:
+                if not e.record.blocked:
+                    e.record.blocked = True
+                    self.blocked += 1
+            else:
+                self._seen.add(uid)
         recv, self._landed = self._landed, set()
         return set(), recv
 
