@@ -54,6 +54,17 @@ def test_one_request_ttft_is_prefill_plus_transfer_plus_first_decode_step() -> N
     assert link.bytes_moved == pytest.approx(10 * 2_097_152)
     held = [b for _, b in res.receiving[1]]
     assert max(held) == 10 and held[-1] == 0     # 10 blocks held while receiving, then none
+    assert (res.steps["receiving_slots"] == 0).all()  # no decode step ran while it was receiving
+
+
+def test_blocks_held_while_receiving_are_their_own_memory_category() -> None:
+    """b arrives 0.25 s after a: while b's 10 blocks are in flight (5 s latency), a's decode steps
+    record them as receiving (160 slots), part of the held-but-not-computed slots."""
+    res = run_cluster(parse_cluster(cluster(latency_us=5e6)), rows(2, out=40, gap=STEP / 2 * 5))
+    d = res.steps[res.steps["instance"] == 1]
+    during = d[d["receiving_slots"] > 0]
+    assert len(during) > 0 and (during["receiving_slots"] == 160).all()
+    assert (during["internal_frag_slots"] >= during["receiving_slots"]).all()
 
 
 def test_two_concurrent_transfers_on_one_link_each_take_twice_as_long() -> None:

@@ -213,11 +213,24 @@ class ClusterRun:
         for k, rep in enumerate(self.reps):
             s = rep.log.frame()
             s.insert(0, "instance", np.full(len(s), k, dtype=np.int64))
+            s["receiving_slots"] = self._receiving(k, (s["start_s"] + s["duration_s"]).to_numpy())
             steps.append(s)
         return ClusterResult(frame, pd.concat(steps, ignore_index=True), [i.name for i in self.spec.instances],
                              [i.role for i in self.spec.instances], self.links,
                              {k: c.receiving for k, c in self.receivers.items()},
                              sum(c.blocked for c in self.receivers.values()), self.env.now)
+
+
+    def _receiving(self, k: int, at: np.ndarray) -> np.ndarray:
+        """Token slots of blocks held by requests waiting for their KV (decode side), at each
+        step's record time. The allocator's breakdown counts them in ``internal_frag_slots`` (held,
+        no computed token states yet): this column says how much of that is receiving."""
+        c = self.receivers.get(k)
+        if c is None or not c.receiving:
+            return np.zeros(len(at), dtype=np.int64)
+        t = np.array([x[0] for x in c.receiving])
+        held = np.array([0, *(x[1] for x in c.receiving)], dtype=np.int64)
+        return held[np.searchsorted(t, at, side="right")] * c.block_size
 
 
 def run_cluster(spec: ClusterSpec, trace: Trace) -> ClusterResult:

@@ -124,13 +124,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--head", type=int, default=0, help="first N requests only")
     ap.add_argument("--rates", default="1,2,4,8,16,32")
     ap.add_argument("--max-model-len", type=int, default=8192)
+    ap.add_argument("--slos", default="tight:0.3:0.03,loose:2:0.15", help="name:TTFT_S:TPOT_S,...")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
     tr = load_trace(a.trace)
     if a.head:
         tr = to_trace(tr.df.head(a.head).reset_index(drop=True))
     base = {"model": a.model, "gpu": a.gpu, "max_model_len": a.max_model_len}
-    df = study(tr, base, a.gpus, [TIGHT, LOOSE], [float(r) for r in a.rates.split(",")])
+    slos = [SloPair(n, float(t), float(p)) for n, t, p in (x.split(":") for x in a.slos.split(","))]
+    df = study(tr, base, a.gpus, slos, [float(r) for r in a.rates.split(",")])
     print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
