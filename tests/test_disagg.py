@@ -107,6 +107,17 @@ def test_prefill_first_picks_the_decode_instance_when_the_prefill_is_done() -> N
     assert res.steps.groupby("instance").size().to_dict().keys() == {0, 1, 2}
 
 
+def test_a_request_the_decode_instance_cannot_hold_is_rejected_and_frees_the_prefill_side() -> None:
+    """A 300-token prompt fits the prefill instance but not a decode max_model_len of 256: rejected
+    with the decode side's reason; the prefill instance gets its blocks back and serves the next."""
+    spec = parse_cluster(cluster(decode={"max_model_len": 256}))
+    trace = make_trace([{"arrival_s": 0.0, "prompt_tokens": 300, "output_tokens": 4},
+                        {"arrival_s": 1.0, "prompt_tokens": 100, "output_tokens": 4}])
+    req = run_cluster(spec, trace).requests
+    assert req["status"].tolist() == ["rejected", "finished"]
+    assert req.iloc[0].reject_reason == "max_model_len"
+
+
 @pytest.mark.parametrize("patch, match", [
     (lambda c: c["instances"][0].update(role="prefil"), "unknown role 'prefil'"),
     (lambda c: c["links"].update(pairs=[{"between": ["p", "x"], "kind": "nvlink4"}]), "link to nowhere"),
