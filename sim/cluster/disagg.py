@@ -180,7 +180,8 @@ class ClusterRun:
         if d is None:
             d = self.front.idx[self.front.pick(r, self.env.now)]
         self.instance[r.uid] = d
-        rej = self.reps[d].reject(r) if self.reps[d].reject is not None else None
+        reject = self.reps[d].reject
+        rej = reject(r) if reject is not None else None
         if rej is not None:  # the decode instance can never run it: rejected, the prefill blocks freed
             r.status, r.reject_reason, r.reject_detail = Status.REJECTED, rej.code, rej.detail
             self.senders[p].sent(r.uid)
