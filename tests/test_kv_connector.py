@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.kv.connector import ConnectorStats, KvConnector, PrefixHit
+from sim.kv.connector import ConnectorStats, KvConnector, PrefixHit, prefix_hit
 from sim.kv.paged import PagedAllocator
 from sim.request import Request, Status
 from sim.sched.scheduler import Scheduler
@@ -47,6 +47,9 @@ class RemoteKv:
         self.loading, self.sending = self.loading - recv, self.sending - sent
         return sent, recv
 
+    def next_finished_s(self) -> float | None:
+        return self.arrives_s if self.loading else self.sent_s if self.sending else None
+
     def request_finished(self, req: Request, blocks: int) -> tuple[bool, dict[str, Any] | None]:
         if self.sent_s is None:
             return False, None
@@ -70,8 +73,9 @@ def setup(tokens: int = 16, arrives_s: float = 2.0, sent_s: float | None = None)
 
 
 def test_prefix_hit_is_typed_and_sums_its_tiers() -> None:
-    h = PrefixHit([5, 6], 8, 12, True)
-    assert h.tokens == 20 and h.blocks == [5, 6] and h.load_async
+    h = PrefixHit([5, 6], 20, 12, True)
+    assert h.local_tokens == 8 and h.blocks == [5, 6] and h.load_async
+    assert prefix_hit(([5, 6], 20, 12, True)) == h and type(prefix_hit(([], 0, 0, False))) is PrefixHit
     assert PrefixHit([], 0).tokens == 0 and not PrefixHit([], 0).load_async
 
 
@@ -86,9 +90,11 @@ def test_an_async_load_waits_holding_its_blocks_then_runs_from_the_loaded_tokens
     assert kv.pool.cache == {} and conn.saved == []          # nothing published before it arrives
     kv.check(sched.kv_holders())
     assert sched.schedule(1.0, 1).scheduled == []            # not yet arrived: passed over
+    assert conn.next_finished_s() == 2.0 and sched.transfers.pending == 1
     plan = sched.schedule(2.0, 2)
     assert plan.scheduled == [(r, 4)] and r.status is Status.RUNNING
     assert r.num_computed_tokens == 16 and plan.swap_in_blocks == 0   # no step-time load term
+    assert sched.transfers.pending == 0
     assert (0, 0, 4) in conn.saved and len(kv.pool.cache) == 5        # published on arrival (+ chunk)
     assert (sched.stats.queries, sched.stats.hits, r.prefix_hit_tokens) == (20, 16, 16)  # counted once
     kv.check(sched.kv_holders())
@@ -139,3 +145,19 @@ def test_slab_and_hybrid_refuse_a_connector_in_one_line() -> None:
         with pytest.raises(ValueError, match="connector"):
             kv.connect(RemoteKv(PagedAllocator(9, 4), 0, 0.0))
         assert kv.connector is None
+
+
+def test_a_run_with_an_asynchronous_connector_takes_every_step() -> None:
+    """Such a connector is polled once per scheduled step; fast-forward windows schedule many
+    steps at once, so the replica runs exactly (sim/run/build.py)."""
+    import simpy
+
+    from sim.config.schema import make_config
+    from sim.run.build import build, new_replica
+
+    cfg = make_config(num_gpu_blocks=200, max_model_len=512)
+    parts = build(cfg)
+    assert not new_replica(simpy.Environment(), cfg, parts=parts).exact_steps
+    parts.kv.connect(RemoteKv(parts.kv, 0, 0.0))  # type: ignore[arg-type]
+    assert parts.sched.transfers.connector is parts.kv.connector
+    assert new_replica(simpy.Environment(), cfg, parts=parts).exact_steps

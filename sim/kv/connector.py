@@ -33,6 +33,7 @@ The first implementation is the CPU offload tier (:mod:`sim.kv.offload`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 from sim.request import Request
@@ -42,20 +43,24 @@ class PrefixHit(NamedTuple):
     """What an admission found for a request's prefix (a typed, immutable result).
 
     ``blocks``: GPU prefix-cache blocks to adopt (the allocator's hit; a hybrid allocator's
-    per-group hit). ``local_tokens``: tokens they cover. ``external_tokens``: tokens the
-    connector continues the hit with (loaded into fresh blocks). ``load_async``: the load
-    completes between steps (the request waits for it).
+    per-group hit). ``tokens``: tokens computed once the hit is adopted, the blocks' and the
+    external ones. ``external_tokens``: tokens the connector continues the hit with (loaded into
+    fresh blocks). ``load_async``: the load completes between steps (the request waits for it).
     """
 
     blocks: list[int]
-    local_tokens: int
+    tokens: int
     external_tokens: int = 0
     load_async: bool = False
 
     @property
-    def tokens(self) -> int:
-        """Tokens computed once the hit is adopted: local + external."""
-        return self.local_tokens + self.external_tokens
+    def local_tokens(self) -> int:
+        """Tokens the GPU blocks cover."""
+        return self.tokens - self.external_tokens
+
+
+#: PrefixHit from a tuple, without NamedTuple's Python-level ``__new__`` (admission hot path)
+prefix_hit = partial(tuple.__new__, PrefixHit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +99,11 @@ class KvConnector(Protocol):
 
     def get_finished(self, now: float) -> tuple[set[int], set[int]]:
         """(uids whose delayed free may happen now, uids whose asynchronous load has arrived)."""
+        ...
+
+    def next_finished_s(self) -> float | None:
+        """When the earliest pending transfer completes (None: none pending, or unknown). An
+        engine with nothing to schedule but requests waiting for a load sleeps until then."""
         ...
 
     def request_finished(self, req: Request, blocks: int) -> tuple[bool, dict[str, Any] | None]:

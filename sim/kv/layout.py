@@ -44,7 +44,8 @@ class PagedLayout:
         return self.kv.block_size
 
     @property
-    def null_block(self) -> int | None:
+    def null_block(self) -> int:
+        """The reserved null block's id (-1: none)."""
         return self.kv.pool.null_block
 
     def ref(self, b: int) -> int:

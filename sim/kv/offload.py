@@ -103,6 +103,9 @@ class OffloadConnector:
     def get_finished(self, now: float) -> tuple[set[int], set[int]]:
         return set(), set()
 
+    def next_finished_s(self) -> float | None:
+        return None
+
     def request_finished(self, req: Request, blocks: int) -> tuple[bool, dict[str, Any] | None]:
         self.offered.pop(req.uid, None)
         return False, None

@@ -18,21 +18,20 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 
 from sim.kv.base import MemoryBreakdown, cdiv
-from sim.kv.block_pool import BlockPool, PoolCounters
-from sim.kv.block_table import table_of
-from sim.kv.connector import KvConnector
-from sim.kv.hashing import UNIQUE_BASE, BlockHasher, shared_prefix_blocks
+from sim.kv.block_table import BlockTable, table_of
+from sim.kv.hashing import UNIQUE_BASE, shared_prefix_blocks
 from sim.kv.layout import PagedLayout
+from sim.kv.manager import KvCacheManager
 from sim.kv.sharing import ForkSharing
+from sim.kv.window import KvGroup
 from sim.request import Request
 
 _breakdown = partial(tuple.__new__, MemoryBreakdown)  # MemoryBreakdown from a tuple, fast
 
 
-class PagedAllocator(PoolCounters):
-    """Block pool with a prefix cache (see :mod:`sim.kv.block_pool` for the free order)."""
-
-    paged = True
+class PagedAllocator(KvCacheManager):
+    """Block pool with a prefix cache (see :mod:`sim.kv.block_pool` for the free order): the
+    one-group :class:`~sim.kv.manager.KvCacheManager`, its arithmetic inlined."""
 
     def __init__(
         self,
@@ -44,44 +43,18 @@ class PagedAllocator(PoolCounters):
         enable_caching: bool = True,
         exact_fill: bool = False,
     ) -> None:
-        self.pool = BlockPool(num_blocks, null_block=null_block, free_order=free_order)
-        self.hasher = BlockHasher(block_size)
-        self.num_blocks = num_blocks
-        self.usable_blocks = self.pool.usable_blocks
-        self.block_size = block_size
-        self.enable_caching = enable_caching
-        self.allocates_every_step = False
+        super().__init__(num_blocks, block_size, (KvGroup(),), null_block=null_block, free_order=free_order,
+                         enable_caching=enable_caching)
         self.exact_fill = exact_fill  # shared blocks may be partial (fork mode): see breakdown
         self._null_slots = (num_blocks - self.usable_blocks) * block_size
-        self.connector: KvConnector | None = None
         self.sharing = ForkSharing(self)
         self.layout = PagedLayout(self)
 
-    def connect(self, connector: KvConnector) -> None:
-        """Tell ``connector`` of every registration (:meth:`register_full_blocks`, fast-forward's
-        :meth:`register_decoded_blocks`); the plain methods stay untouched without one (hot path)."""
-        if not self.enable_caching:
-            raise ValueError("a KV connector keys blocks by the prefix cache: it needs prefix caching")
-        self.connector = connector
-        plain, save = self.register_full_blocks, connector.save_blocks
+    def group_tables(self, req: Request) -> list[BlockTable]:
+        return [table_of(req)]
 
-        def register(req: Request, num_tokens: int) -> None:
-            t = table_of(req)
-            before = t.num_registered
-            plain(req, num_tokens)
-            save(req, before, t.num_registered)
-
-        def register_decoded(reqs: list[Request], ahead: int) -> None:
-            for r in reqs:
-                register(r, r.num_computed_tokens + ahead)
-
-        self.register_full_blocks = register  # type: ignore[method-assign]
-        self.register_decoded_blocks = register_decoded  # type: ignore[method-assign]
-
-    def block_keys(self, req: Request, start: int, stop: int) -> list[int]:
-        """Content keys of logical blocks ``start..stop`` (the keys they are cached under)."""
-        table, key = table_of(req), self.hasher.key
-        return [key(req, table, j) for j in range(start, stop)]
+    def _first_table(self, req: Request) -> BlockTable:
+        return table_of(req)
 
     # ---- capacity (num_free_blocks, usage, evictions, shared_excess: PoolCounters) ----------
 
@@ -258,15 +231,3 @@ class PagedAllocator(PoolCounters):
         tok = sum(fill.values())
         null = (self.num_blocks - self.usable_blocks) * B
         return _breakdown((tok, 0, used * B - tok, null, free * B))
-
-    # ---- invariants ---------------------------------------------------------------------------
-    def check(self, live: Iterable[Request] = ()) -> None:
-        """Raise AssertionError if the pool is inconsistent with ``live``'s block tables."""
-        counted = [0] * self.num_blocks
-        for r in live:
-            if r.kv is not None:
-                for b in r.kv.blocks:
-                    counted[b] += 1
-        self.pool.check(counted)
-        if self.connector is not None:
-            self.connector.check()

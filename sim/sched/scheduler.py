@@ -99,13 +99,17 @@ class Scheduler:
 
     def reject_head(self, reason: str) -> Request:
         """Take the head of the waiting queue out for good (it can never be scheduled)."""
+        if self.transfers.pending:  # an engine that rejects instead of waiting would leak its blocks
+            raise RuntimeError("nothing to schedule while KV loads are pending: wait until "
+                               "KvConnector.next_finished_s(), do not reject the queue head")
         r = self.waiting.pop()
         r.status, r.reject_reason = Status.REJECTED, reason
         return r
 
     # ---- one step -----------------------------------------------------------------------------
     def schedule(self, now: float, step: int) -> StepPlan:
-        self.transfers.poll(now)
+        if self.kv.connector is not None:
+            self.transfers.poll(now)
         plan = StepPlan()
         budget = self.max_num_batched_tokens
         running, kv = self.running, self.kv
@@ -200,10 +204,9 @@ class Scheduler:
         finally:
             r.num_tokens = full
 
-    def admit(self, plan: StepPlan, budget: int, now: float, step: int) -> None:
-        """Admit waiting requests in queue order until one does not fit (head-of-line;
-        :func:`sim.sched.waiting_pass.admit`)."""
-        admit(self, plan, budget, now, step)
+    #: admit waiting requests in queue order until one does not fit (head-of-line); a plain
+    #: function bound as the method, so the call costs no extra frame (:mod:`sim.sched.waiting_pass`)
+    admit = admit
 
     def kv_holders(self) -> list[Request]:
         """Every request holding KV blocks (for ``kv.check``): the running ones, plus any a KV
@@ -250,7 +253,7 @@ class Scheduler:
         """
         if not done:
             return
-        finished_kv = self.kv.free if self.transfers.connector is None else self.transfers.finished
+        finished_kv = self.kv.free if self.kv.connector is None else self.transfers.finished
         for r in done:
             if r.status is not Status.RUNNING:
                 self.preemption.forget(self, r)

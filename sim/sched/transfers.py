@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from sim.kv.base import KvAllocator
-from sim.kv.connector import KvConnector, PrefixHit
+from sim.kv.connector import KvConnector, PrefixHit, prefix_hit
 from sim.request import Request, Status
 
 REMOTE = Status.WAITING_FOR_REMOTE_KVS
@@ -30,30 +30,36 @@ def probe(kv: KvAllocator, connector: KvConnector | None, r: Request) -> PrefixH
     no probe (vLLM probes only requests with nothing computed).
     """
     if r.num_computed_tokens:
-        return PrefixHit([], r.num_computed_tokens)
+        return prefix_hit(([], r.num_computed_tokens, 0, False))
     blocks = kv.get_computed_blocks(r)
     local = len(blocks) * kv.block_size
     if connector is None:
-        return PrefixHit(blocks, local)
+        return prefix_hit((blocks, local, 0, False))
     ext, load_async = connector.get_num_new_matched_tokens(r, local)
-    return PrefixHit(blocks, local, ext, load_async and ext > 0)
+    return prefix_hit((blocks, local + ext, ext, load_async and ext > 0))
 
 
 class Transfers:
     """Requests a connector holds between steps (none without an asynchronous connector)."""
 
-    __slots__ = ("connector", "kv", "params", "received", "sending")
+    __slots__ = ("_loading", "kv", "params", "received", "sending")
 
     def __init__(self, kv: KvAllocator) -> None:
         self.kv = kv
-        self.connector = kv.connector
         self.received: set[int] = set()          # uids whose asynchronous load has arrived
         self.sending: dict[int, Request] = {}    # finished requests whose blocks the connector holds
         self.params: dict[int, dict[str, Any]] = {}  # uid -> kv_transfer_params from request_finished
+        self._loading = 0
+
+    @property
+    def connector(self) -> KvConnector | None:
+        """The allocator's connector (read each time: one may be connected after construction)."""
+        return self.kv.connector
 
     def poll(self, now: float) -> None:
-        """Once per scheduled step: free what was sent, note what was received."""
-        c = self.connector
+        """Once per scheduled step (when the allocator has a connector): free what was sent, note
+        what was received."""
+        c = self.kv.connector
         if c is None or not c.asynchronous:
             return
         sent, recv = c.get_finished(now)
@@ -63,11 +69,17 @@ class Transfers:
                 self.kv.free(r)
         self.received |= recv
 
+    @property
+    def pending(self) -> int:
+        """Requests waiting for an asynchronous load that has not arrived (or not been seen)."""
+        return self._loading
+
     def ready(self, r: Request) -> bool:
         """``r`` waits for a load: True (and ``r`` is a waiting request again) once it arrived."""
         if r.uid not in self.received:
             return False
         self.received.discard(r.uid)
+        self._loading -= 1
         r.status = Status.PREEMPTED if r.num_preemptions else Status.WAITING
         if self.kv.enable_caching:
             self.kv.register_full_blocks(r, r.num_computed_tokens)  # delayed caching (vLLM)
@@ -78,6 +90,8 @@ class Transfers:
         c = self.connector
         if c is not None:
             c.update_state_after_alloc(r, self.kv.num_held_blocks(r), hit.external_tokens)
+            if hit.load_async:
+                self._loading += 1
 
     def finished(self, r: Request) -> None:
         """``r`` finished: free its blocks now, or when the connector has sent them."""

@@ -49,6 +49,7 @@ def admit(sched: Scheduler, plan: StepPlan, budget: int, now: float, step: int) 
     """
     kv, running, adm, waiting = sched.kv, sched.running, sched.admission, sched.waiting
     xfer = sched.transfers
+    conn = kv.connector
     skipped: list[Request] = []
     while budget > 0 and len(running) < sched.max_num_seqs:
         r = waiting.peek()
@@ -60,7 +61,7 @@ def admit(sched: Scheduler, plan: StepPlan, budget: int, now: float, step: int) 
         loaded = r.num_computed_tokens > 0  # back from an asynchronous load: counted already
         if adm.hopeless(kv, r, bool(running)):
             break  # decided without probing the prefix cache
-        hit = probe(kv, xfer.connector, r)
+        hit = probe(kv, conn, r)
         n = r.num_tokens - hit.tokens
         if 0 < sched.threshold < n and (len(running) + sched.num_waiting) > 1:
             n = sched.threshold
@@ -80,7 +81,8 @@ def admit(sched: Scheduler, plan: StepPlan, budget: int, now: float, step: int) 
             continue
         if not adm.admit(kv, r, n + ext, hit.blocks, bool(running)):
             break
-        xfer.allocated(r, hit)
+        if conn is not None:
+            xfer.allocated(r, hit)
         waiting.pop()
         sched._started(r, n, plan, now, step)
         if ext:  # a synchronous load: a step-time term of this step (PCIe, as swap-in)
