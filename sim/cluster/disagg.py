@@ -131,7 +131,6 @@ class ClusterRun:
                                                    cfg.block_size)
         if c is not None:
             parts.kv.connect(c)
-            parts.sched.transfers.connector = c
         rep = new_replica(self.env, cfg, parts=parts)
         if c is not None:
             c.rep = rep

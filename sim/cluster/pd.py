@@ -79,6 +79,9 @@ class PrefillSender:
         sent, self._sent = self._sent, set()
         return sent, set()
 
+    def next_finished_s(self) -> float | None:
+        return None  # unknown here: the decode side's pull wakes this instance (Replica.wake)
+
     def stats(self) -> ConnectorStats:
         return ConnectorStats()
 
@@ -169,6 +172,9 @@ class DecodeReceiver:
                 self._seen.add(uid)
         recv, self._landed = self._landed, set()
         return set(), recv
+
+    def next_finished_s(self) -> float | None:
+        return None  # a shared link's completions move as transfers join: the landing wakes us
 
     def stats(self) -> ConnectorStats:
         return ConnectorStats()
