@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from sim.kv.hashing import BlockHasher
 
@@ -55,22 +55,35 @@ class _EventedCache(dict):  # type: ignore[type-arg]
         self._add((self._clock(), key, False))
 
 
-def _pool(kv: Any) -> Any:
-    pool = getattr(kv, "pool", None)
-    if pool is None or not getattr(kv, "enable_caching", False) or not hasattr(kv, "hasher"):
-        return None
-    return pool
+@runtime_checkable
+class _CacheMap(Protocol):
+    cache: dict[int, int]
+
+
+@runtime_checkable
+class PrefixCacheHost(Protocol):
+    """The capability KV events need: a block pool whose prefix cache is a ``key -> block`` map,
+    keyed by a :class:`BlockHasher` (the paged allocator and the hybrid coordinator). Not part of
+    the :class:`~sim.kv.base.KvAllocator` contract yet: a ``subscribe(listener)`` there would
+    replace this."""
+
+    enable_caching: bool
+    hasher: BlockHasher
+
+    @property
+    def pool(self) -> _CacheMap: ...
 
 
 def install(rep: Replica, hasher: BlockHasher, *, record: bool) -> KvEventLog | None:
     """Share ``hasher`` with ``rep``'s allocator and expose its prefix cache (``record``: log
     events too). Must run before the replica hashes any block. None: no prefix cache."""
-    pool = _pool(rep.kv)
-    if pool is None:
+    kv = rep.kv
+    if not isinstance(kv, PrefixCacheHost) or not kv.enable_caching:
         return None
+    pool = kv.pool
     if pool.cache:
         raise RuntimeError("KV events installed after the replica cached blocks")
-    rep.kv.hasher = hasher  # type: ignore[attr-defined]
+    kv.hasher = hasher
     if not record:
         return KvEventLog(pool.cache)
     log = KvEventLog(pool.cache)
