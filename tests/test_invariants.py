@@ -12,15 +12,15 @@ from sim.kv.paged import PagedAllocator
 from sim.kv.slab import SlabAllocator
 from sim.request import Request
 from sim.sched.admission import Admission
+from tests.helpers import req
 
 OPS = st.lists(st.tuples(st.sampled_from(["new", "append", "free", "preempt", "fork", "cow"]),
                          st.integers(0, 10_000), st.integers(1, 60)), min_size=1, max_size=80)
 
 
 def _req(uid: int, prompt: int, shared: bool) -> Request:
-    content = ("ids", tuple(range(prompt))) if shared else None
-    return Request(uid=uid, request_id=str(uid), arrival_s=0.0, prompt_tokens=prompt,
-                   output_tokens=200, content=content)
+    """200 outputs; ``shared`` requests all start with the same token ids."""
+    return req(uid, prompt, 200, base=0 if shared else None)
 
 
 @settings(max_examples=150, deadline=None)

@@ -210,12 +210,9 @@ def test_cli_flag_reports_the_tiers(tmp_path) -> None:
 def test_fast_forward_identical_with_shared_prefixes_on_mooncake() -> None:
     """Mooncake conversations share prompt prefixes (hash_ids): CPU hits across requests, not only
     a resumed request's own blocks; fast-forward still equals --exact-steps."""
-    from tests.conftest import MOONCAKE_CONV
-    from workloads import load_trace
+    from tests.helpers import mooncake_slice
 
-    tr = load_trace(MOONCAKE_CONV)
-    df = tr.df[tr.df["prompt_tokens"] < 8000].head(80).reset_index(drop=True)
-    tr = make_trace(df.to_dict("records"))
+    tr = mooncake_slice(80, 8000)
     kw = dict(gpu="h200", num_gpu_blocks=700, max_model_len=8192, kv_offloading_size=32.0)
     ff = simulate(make_config(**kw), tr, check=True)
     ex = simulate(make_config(exact_steps=True, **kw), tr)

@@ -1,4 +1,4 @@
-"""The latency model against public measurements (../shared/gpu_profiles): rows, split, fit, errors."""
+"""The latency model against public measurements ($KVSIM_DATA/gpu_profiles): rows, split, fit, errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sim.cost.stack import committed_stacks
 from tests.conftest import SHARED
 
 PROFILES = SHARED / "gpu_profiles"
-pytestmark = pytest.mark.skipif(not (PROFILES / "splitwise").exists(), reason="../shared/gpu_profiles not present")
+pytestmark = pytest.mark.skipif(not (PROFILES / "splitwise").exists(), reason="optional data: set KVSIM_DATA (gpu_profiles/)")
 
 
 @pytest.fixture(scope="module")

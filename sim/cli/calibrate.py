@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,8 +15,8 @@ app = typer.Typer(help="Fit the calibrated step-cost model (GPU timings -> calib
                   no_args_is_help=True)
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "calibration" / "data"
-_BESIDE = Path(__file__).resolve().parents[3] / "shared" / "gpu_profiles"
-DEFAULT_PROFILES = _BESIDE if _BESIDE.exists() else Path("/work/shared/gpu_profiles")
+# the public gpu_profiles are optional large data: found through KVSIM_DATA (or --profiles)
+DEFAULT_PROFILES = Path(os.environ.get("KVSIM_DATA", "$KVSIM_DATA")) / "gpu_profiles"
 DEFAULT_VIDUR = DEFAULT_PROFILES / "vidur"
 Profiles = Annotated[Path, typer.Option("--profiles", help="The public gpu_profiles dir (vidur/, splitwise/, distserve/).")]
 

@@ -62,11 +62,6 @@ def make_allocator(cfg: SimConfig, budget: KvBudget, fork: bool, model: ModelSpe
     return kv
 
 
-def victim_name(cfg: SimConfig) -> str:
-    """The preemption victim policy: ``--victim``, else the one ``--policy`` implies."""
-    return cfg.victim or ("priority" if cfg.policy == "priority" else "last")
-
-
 def make_scheduler(cfg: SimConfig, budget: KvBudget, kv: KvAllocator, fork: bool) -> Scheduler:
     # the watermark is the paper's block-manager rule: a slab reserves whole chunks instead
     watermark = int(cfg.resolved("watermark") * kv.num_blocks) if kv.paged else 0
@@ -77,7 +72,7 @@ def make_scheduler(cfg: SimConfig, budget: KvBudget, kv: KvAllocator, fork: bool
         queue=QUEUES[cfg.policy](),
         admission=Admission(bool(cfg.resolved("reserve_full_isl")), watermark),
         preemption=Swap(cpu_blocks) if swap else Recompute(),
-        choose_victim=VICTIMS[victim_name(cfg)],
+        choose_victim=VICTIMS[cfg.resolved("victim")],
         long_prefill_token_threshold=cfg.long_prefill_token_threshold)
     rng = np.random.default_rng(cfg.seed)  # the run's one Generator (beam re-forks, draft acceptance)
     chunked, lag, k = bool(cfg.resolved("chunked_prefill")), bool(cfg.resolved("async_scheduling")), \
