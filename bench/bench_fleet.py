@@ -12,11 +12,15 @@ their ratios are measured under the same load:
 
 The two live runs are bit-identical to their exact-stepped versions (tests/test_router_live.py).
 
-Measured 2026-12-01 on the shared 2-core development machine (CPU seconds; wall was 1.5-2.8x
-higher under other agents' load): kv-aware live 18.8 s, least-outstanding live 18.6 s,
-round-robin static 9.1 s, kv-aware --exact-steps 30.3 s. Live routing costs ~2x static because
-every arrival ends every replica's window (any replica may receive it), and each replica then
-runs the step that straddles the arrival exactly.
+Measured 2026-12-01 on the shared 2-core development machine, CPU seconds (wall was 1.5-2.8x
+higher under other agents' load). Before merging main's one-window engine: kv-aware live 18.8 s,
+least-outstanding live 18.6 s, round-robin static 9.1 s, kv-aware --exact-steps 30.3 s. After
+(09:44 UTC): 18.4 s, 17.3 s, 10.5 s and 20.5 s -- the exact loop got faster, so live
+fast-forward now gains only ~1.1x over exact stepping here. Live routing costs ~1.8x static:
+every arrival ends every replica's window (any replica may receive it; ~19k arrivals x 8
+replicas), and each replica then runs the step that straddles the arrival exactly, so windows
+average ~3 steps.
+
 The trace is found under ``$KVSIM_DATA/traces/azure_llm_2023/``; without it the bench says so
 and exits.
 
