@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.cluster.router import replay_fleet
+from sim.cluster.replay import replay_fleet
 from sim.cluster.slo import Slo, SloTarget
 from sim.config.schema import make_config
 from sim.fleet.candidate import Candidate

@@ -89,9 +89,14 @@ def register(app: typer.Typer) -> None:
         format: Annotated[str | None, typer.Option("--format", help="Trace format override.")] = None,
         skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip malformed rows (counted) instead of failing.")] = False,
         check: Annotated[bool, typer.Option("--check", help="Verify allocator invariants after every step.")] = False,
+        cluster: Annotated[Path | None, typer.Option("--cluster", help="Cluster YAML: instances (unified/prefill/"
+                                                     "decode), links, router (sim/cluster/spec.py).")] = None,
         *, cfg: SimConfig,
     ) -> None:
         """Replay a trace through the KV allocator and scheduler; write requests/steps/summary."""
+        if cluster is not None:  # the cluster runtime (sim/cli/cluster.py)
+            from sim.cli.cluster import simulate_cluster
+            return simulate_cluster(cluster, trace or bundled_trace(), out, format, skip_bad)
         console = Console(stderr=True)
         if cfg.allocator == "paged":
             check_block_sizes([cfg.block_size])

@@ -1,120 +1,142 @@
-"""Many replicas behind a router, in ONE SimPy environment (the routed fleet replay).
+"""The router: a SimPy process that hands each arrival to the replica a policy picks.
 
 ::
 
-    trace --> Router --(policy)--> Replica 0 (scheduler + KV + cost)
-                               \\-> Replica 1
-                                \\> ...
+    trace --> Router --(policy, view)--> Replica 0 (scheduler + KV + cost)
+                                     \\-> Replica 1
+                                      \\> ...
 
-The router is a SimPy process that sleeps until each arrival and hands the request to the
-replica the policy picks (``Replica.submit`` wakes an idle one). Every replica's
-``next_arrival`` hint points at the router's next arrival. Policies are plain functions
-``(request, replicas, state) -> index``:
+A router spec names a policy (:mod:`sim.cluster.policies`, :mod:`sim.cluster.scorers`) and its
+options, ``name[:key=value,...]``::
 
-- ``round-robin``: 0, 1, 2, ... regardless of load;
-- ``least-outstanding-tokens``: the replica with the fewest tokens still to process,
-  divided by its ``weight`` (for mixed GPU types);
-- ``prefix-affinity``: a stable hash of the request's first prefix block picks the replica
-  (so requests sharing a prefix share a cache); requests without prefix content go
-  round-robin.
+    round-robin | least-outstanding-tokens | prefix-affinity
+    kv-aware[:prefix=3,queue=2,kv=0,load=0,view=precise|approximate,delay=SECONDS]
+    dynamo[:overlap=1,view=precise|approximate,delay=SECONDS]
 
-``active(t)`` (optional) limits routing to the first ``active(t)`` replicas, for replaying an
-autoscaled fleet.
-
-Static policies (round-robin, prefix-affinity) do not look at replica state, so requests are
-assigned up front and every replica replays its own inbox with decode fast-forward. The
-dynamic policy (least-outstanding-tokens) routes live on the replicas' state at each arrival,
-which needs the replicas to step exactly: a fast-forward window stops before the router's
-next arrival, but the state it leaves behind already includes the step that straddles that
-arrival, which an exactly stepped replica has not finished yet. Exact stepping is ~2.5x
-slower and is the reference.
+**Live routing keeps fast-forward.** The router wakes at each arrival instant ``t`` with an
+*urgent* SimPy event, so it acts before any replica event at ``t`` (a step ending exactly at
+``t`` has not landed yet: the router sees the replica as it is at ``t``, left limit). Every
+replica's fast-forward window ends before the router's next arrival and never completes a step
+that ends at or after it: that step is planned in the window and run by the exact loop
+(``StepKernel.pending``; under async scheduling the window hands back the step in flight). At
+``t`` every replica is therefore inside an exactly stepped step or idle, in the same state as
+with ``--exact-steps``, and the decisions -- hence all outputs -- are bit-identical (tested).
 """
 
 from __future__ import annotations
 
 import math
-import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-import pandas as pd
 import simpy
+from simpy.events import URGENT
 
-from sim.cluster.monitor import SloMonitor
-from sim.cluster.slo import Slo
-from sim.config.schema import SimConfig
+from sim.cluster.policies import (
+    Policy,
+    RouterState,
+    least_outstanding,
+    prefix_affinity,
+    round_robin,
+)
+from sim.cluster.scorers import LLMD_WEIGHTS, SCORERS, DynamoCost, WeightedScorers
+from sim.cluster.view import VIEWS
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
-from sim.io.ingest import make_requests
-from sim.io.results import request_frame
 from sim.request import Request
-from sim.run.build import new_replica
-from workloads.schema import Trace
 
-POLICIES = ("round-robin", "least-outstanding-tokens", "prefix-affinity")
+POLICIES = ("round-robin", "least-outstanding-tokens", "prefix-affinity", "kv-aware", "dynamo")
 STATIC = ("round-robin", "prefix-affinity")  # state-free: can be assigned up front
 BOUNDED_LOAD = 2.0
 
 
-@dataclass(slots=True)
-class RouterState:
-    weights: list[float]
-    block_size: int
-    counter: int = 0
+@dataclass(frozen=True, slots=True)
+class RouterSpec:
+    policy: str = "least-outstanding-tokens"
+    weights: tuple[tuple[str, float], ...] = tuple(LLMD_WEIGHTS.items())  # kv-aware
+    view: str = "precise"          # kv-aware / dynamo: the router's view of each cache
+    delay_s: float = 0.0           # staleness of that view
+    overlap_weight: float = 1.0    # dynamo: --kv-overlap-score-weight
+
+    @property
+    def static(self) -> bool:
+        return self.policy in STATIC
+
+    @property
+    def uses_view(self) -> bool:
+        return self.policy in ("kv-aware", "dynamo") and (
+            self.policy == "dynamo" or dict(self.weights).get("prefix", 0.0) > 0)
+
+    def make(self) -> Policy:
+        if self.policy == "kv-aware":
+            return WeightedScorers(self.weights)
+        if self.policy == "dynamo":
+            return DynamoCost(self.overlap_weight)
+        return {"round-robin": round_robin, "least-outstanding-tokens": least_outstanding,
+                "prefix-affinity": prefix_affinity}[self.policy]
 
 
-Policy = Callable[[Request, Sequence[Replica], RouterState], int]
-
-
-def round_robin(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
-    i = st.counter % len(reps)
-    st.counter += 1
-    return i
-
-
-def least_outstanding(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
-    loads = [r.outstanding_tokens / st.weights[i] for i, r in enumerate(reps)]
-    best = min(loads)
-    ties = [i for i, v in enumerate(loads) if v == best]
-    st.counter += 1
-    return ties[st.counter % len(ties)]  # rotate among ties (e.g. all idle)
-
-
-def prefix_key(req: Request, block_size: int) -> int | None:
-    """Stable 32-bit key of the request's first prefix block, or None without content."""
-    c = req.content
-    if not isinstance(c, tuple) or not c:
-        return None
-    if c[0] == "ids":
-        first = c[1][:block_size]
-    elif c[0] == "hash":
-        first = c[1][:1]
-    else:
-        first = (c[1],)
-    return zlib.crc32(np.asarray(first, dtype=np.int64).tobytes())
-
-
-def prefix_affinity(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
-    key = prefix_key(req, st.block_size)
-    if key is None:
-        return round_robin(req, reps, st)
-    return key % len(reps)
-
-
-POLICY_FUNCS: dict[str, Policy] = {
-    "round-robin": round_robin, "least-outstanding-tokens": least_outstanding,
-    "prefix-affinity": prefix_affinity,
-}
+def parse_router(text: str | RouterSpec) -> RouterSpec:
+    """``name[:key=value,...]`` -> :class:`RouterSpec`; a bad spec is a one-line ConfigError."""
+    if isinstance(text, RouterSpec):
+        return text
+    name, _, opts = text.partition(":")
+    if name not in POLICIES:
+        raise ConfigError(f"--router {text!r}: expected one of {', '.join(POLICIES)}")
+    weights = dict(LLMD_WEIGHTS)
+    kw: dict[str, Any] = {}
+    for item in filter(None, opts.split(",")):
+        key, eq, val = item.partition("=")
+        key = key.strip()
+        allowed = (*SCORERS, "view", "delay") if name == "kv-aware" else ("overlap", "view", "delay") \
+            if name == "dynamo" else ()
+        if not eq or key not in allowed:
+            raise ConfigError(f"--router {text!r}: unknown option {key!r}"
+                              + (f" (valid: {', '.join(allowed)})" if allowed else f" ({name} takes none)"))
+        if key == "view":
+            if val not in VIEWS:
+                raise ConfigError(f"--router {text!r}: view {val!r}: expected one of {', '.join(VIEWS)}")
+            kw["view"] = val
+            continue
+        try:
+            num = float(val)
+        except ValueError:
+            raise ConfigError(f"--router {text!r}: {key}={val!r} is not a number") from None
+        if not (math.isfinite(num) and num >= 0):
+            raise ConfigError(f"--router {text!r}: {key}={val!r} must be >= 0")
+        if key == "delay":
+            kw["delay_s"] = num
+        elif key == "overlap":
+            kw["overlap_weight"] = num
+        else:
+            weights[key] = num
+    return RouterSpec(name, tuple(weights.items()), **kw)
 
 
 def policy(name: str) -> Policy:
-    if name not in POLICY_FUNCS:
-        raise ConfigError(f"--router {name!r}: expected one of {', '.join(POLICIES)}")
-    return POLICY_FUNCS[name]
+    return parse_router(name).make()
+
+
+class _Urgent(simpy.events.Event):
+    """A timeout that fires before every normal event scheduled for the same instant."""
+
+    def __init__(self, env: simpy.Environment, delay: float) -> None:
+        self.env, self.callbacks, self._value, self._ok = env, [], None, True
+        env.schedule(self, URGENT, delay)
+
+
+def wake_at(env: simpy.Environment, t: float) -> Generator[simpy.Event, Any, None]:
+    """Sleep until exactly ``t`` (a midpoint hop when ``now + (t - now)`` would round off)."""
+    if env.now + (t - env.now) != t:
+        yield _Urgent(env, (t - env.now) / 2)
+    yield _Urgent(env, t - env.now)
 
 
 class Router:
+    """Routes ``reqs`` (arrival order) live: each one at its arrival instant."""
+
     def __init__(self, env: simpy.Environment, reps: Sequence[Replica], reqs: list[Request],
                  choose: Policy, state: RouterState, active: Callable[[float], int] | None = None) -> None:
         self.env, self.reps, self.reqs, self.choose, self.state = env, reps, reqs, choose, state
@@ -126,20 +148,23 @@ class Router:
     def next_arrival(self) -> float:
         return self.reqs[self._next].arrival_s if self._next < len(self.reqs) else math.inf
 
-    def _run(self):  # type: ignore[no-untyped-def]
-        env = self.env
+    def _run(self) -> Generator[simpy.Event, Any, None]:
+        env, st, view = self.env, self.state, self.state.view
         for i, r in enumerate(self.reqs):
             if r.arrival_s > env.now:
-                yield env.timeout(r.arrival_s - env.now)
+                yield from wake_at(env, r.arrival_s)
             self._next = i + 1
             n = len(self.reps) if self.active is None else max(1, min(self.active(env.now), len(self.reps)))
-            k = self.choose(r, self.reps[:n], self.state)
+            st.now = env.now
+            k = self.choose(r, self.reps[:n], st)
+            if view is not None:
+                view.routed(r, self.reps[k], env.now)
             self.assigned[r.uid] = k
             self.reps[k].submit(r)
 
 
-def _assign_static(reqs: list[Request], reps: Sequence[Replica], choose: Policy, state: RouterState,
-                   active: Callable[[float], int] | None) -> np.ndarray:
+def assign_static(reqs: list[Request], reps: Sequence[Replica], choose: Policy, state: RouterState,
+                  active: Callable[[float], int] | None) -> np.ndarray:
     """Route a state-free policy up front: each replica then replays its own inbox."""
     assigned = np.empty(len(reqs), dtype=np.int64)
     for r in reqs:
@@ -149,80 +174,3 @@ def _assign_static(reqs: list[Request], reps: Sequence[Replica], choose: Policy,
         reps[k].submit(r)
     return assigned
 
-
-@dataclass(slots=True)
-class FleetResult:
-    requests: pd.DataFrame            # request_frame columns + "replica"
-    steps: list[pd.DataFrame]         # one per replica
-    preemptions: list[int]
-    aborted: bool = False             # stopped early: the SLO verdict was already "fail"
-    failing: tuple[str, ...] = ()     # when aborted: the targets that were certain to fail
-
-    def per_replica(self) -> pd.DataFrame:
-        g = self.requests.groupby("replica")
-        out = pd.DataFrame({"requests": g.size(), "tokens": g["prompt_tokens"].sum() + g["output_tokens"].sum(),
-                            "ttft_p99": g["ttft_s"].quantile(0.99), "tpot_p99": g["tpot_s"].quantile(0.99)})
-        out["preemptions"] = [self.preemptions[int(i)] for i in out.index]
-        return out
-
-
-def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str = "least-outstanding-tokens",
-                 *, weights: Sequence[float] | None = None,
-                 active: Callable[[float], int] | None = None,
-                 stop_on_fail: tuple[Slo, int] | None = None, checks: int = 40) -> FleetResult:
-    """Replay ``trace`` through ``len(cfgs)`` replicas (one config each) behind ``router``.
-
-    ``stop_on_fail=(slo, skip)`` checks ``checks`` times over the trace's span whether the SLO
-    (on requests ``skip:``) can still pass, and stops the replay when it cannot
-    (:mod:`sim.cluster.monitor`); unfinished requests then count as misses.
-    """
-    if not cfgs:
-        raise ConfigError("a fleet needs at least one replica")
-    choose = policy(router)
-    env = simpy.Environment()
-    reps, scheds = [], []
-    for cfg in cfgs:
-        rep = new_replica(env, cfg)
-        reps.append(rep)
-        scheds.append(rep.sched)
-    reqs = make_requests(trace, cfgs[0])
-    state = RouterState(list(weights) if weights else [1.0] * len(cfgs), cfgs[0].block_size)
-    if router in STATIC or len(reps) == 1:
-        assigned = _assign_static(reqs, reps, choose, state, active)
-    else:
-        for rep in reps:
-            rep.exact_steps = True
-        rt = Router(env, reps, reqs, choose, state, active)
-        for rep in reps:
-            rep.follow_router(rt.next_arrival)
-        assigned = rt.assigned
-    aborted, failing = False, tuple[str, ...]()
-    if stop_on_fail is None:
-        env.run()
-    else:
-        monitor = SloMonitor(stop_on_fail[0], reqs, stop_on_fail[1])
-        aborted = _run_monitored(env, monitor, reps, reqs, checks)
-        failing = monitor.failing(env.now) if aborted else ()
-    frame = request_frame(reqs)
-    frame["replica"] = assigned
-    return FleetResult(frame, [r.log.frame() for r in reps], [int(s.num_preemptions) for s in scheds],
-                       aborted, failing)
-
-
-def _run_monitored(env: simpy.Environment, monitor: SloMonitor, reps: Sequence[Replica],
-                   reqs: list[Request], checks: int) -> bool:
-    """Run in ``checks`` chunks over the arrival span; True if the monitor stopped the replay.
-
-    Progress is judged by requests ended, not by ``env.peek()``: after ``run(until=...)``
-    SimPy leaves its stop event queued, so the queue never looks empty.
-    """
-    span = reqs[-1].arrival_s - reqs[0].arrival_s if reqs else 0.0
-    every = max(span / max(checks, 1), 1e-3)
-    total = len(reqs)
-    while sum(len(r.finished) + len(r.rejected) for r in reps) < total:
-        if env.peek() == math.inf:
-            break  # nothing left to run (cannot happen while requests remain; defensive)
-        env.run(until=env.now + every)
-        if monitor(env.now):
-            return True
-    return False

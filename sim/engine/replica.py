@@ -62,6 +62,8 @@ class Replica:
         self._cursor = 0
         self._router_next: Callable[[], float] | None = None
         self._wake: simpy.Event | None = None
+        #: the time of the step being planned (also inside a fast-forward window): KV events' stamp
+        self.clock = 0.0
         self.process = env.process(self._loop())
 
     # ---- views --------------------------------------------------------------------------------
@@ -116,11 +118,13 @@ class Replica:
         return min(self.next_own_arrival(), self._router_next())
 
     def _pull_due(self, now: float) -> None:
+        self.clock = now
         if self._cursor < len(self._inbox) and self._inbox[self._cursor].arrival_s <= now:
             self._pull(now)
 
     def _pull(self, now: float, force: int = 0) -> None:
         inbox, sched = self._inbox, self.kernel.sched
+        self.clock = now
         i = self._cursor
         while i < len(inbox) and (inbox[i].arrival_s <= now or i < force):
             r = inbox[i]
@@ -132,6 +136,11 @@ class Replica:
                 sched.add(r)
             i += 1
         self._cursor = i
+
+    @property
+    def unpulled(self) -> list[Request]:
+        """Submitted requests the loop has not taken in yet (router signals: queue depth)."""
+        return self._inbox[self._cursor:]
 
     @property
     def outstanding_tokens(self) -> int:
@@ -160,9 +169,11 @@ class Replica:
                 self._pull(env.now)
                 if not sched.running and sched.num_waiting == 0 and not (yield from self._wait_for_work()):
                     continue
-                plan = sched.schedule(env.now, k.step)
+                plan = k.pending if k.pending is not None else sched.schedule(env.now, k.step)
+                k.pending = None
                 if not plan.scheduled and not sched.running:
-                    self._reject_head()
+                    if not (yield from self._wait_for_transfers()):
+                        self._reject_head()
                     continue
                 plan.num_preempted += unrecorded
                 unrecorded = 0
@@ -205,6 +216,26 @@ class Replica:
         yield self._wake
         self._wake = None
         return False
+
+    def wake(self) -> None:
+        """Wake an idle loop (a KV connector's transfer landed, or its blocks were sent)."""
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _wait_for_transfers(self) -> Generator[simpy.Event, Any, bool]:
+        """Nothing could be scheduled while a KV connector holds requests (a load in flight,
+        blocks not yet sent): wait until its next completion (``next_finished_s``) or a
+        :meth:`wake`, instead of rejecting. False: nothing held."""
+        t = self.kernel.sched.transfers
+        c = t.connector
+        if c is None or not c.asynchronous or not t.holders([], self.kernel.sched.waiting):
+            return False
+        env = self.env
+        self._wake = env.event()
+        nxt = c.next_finished_s()
+        yield self._wake if nxt is None else env.timeout(max(nxt - env.now, 0.0)) | self._wake
+        self._wake = None
+        return True
 
     def _reject_head(self) -> None:
         """Nothing runs and nothing was scheduled: the waiting head can never run; reject it."""

@@ -48,6 +48,7 @@ class StepKernel:
     busy_s: float = 0.0
     ff_steps: int = 0                  # steps applied by fast-forward
     page_size: int = 0                 # StepBatch.block_size: tokens per page, 0 = contiguous
+    pending: StepPlan | None = None    # a step fast-forward planned for the exact loop to run
 
     def __post_init__(self) -> None:
         self.page_size = self.kv.block_size if self.kv.paged else 0

@@ -6,7 +6,7 @@ Modules, one concept each:
 - :mod:`sim.fleet.workload` -- trace windows per seed, rate scaling, peak demand.
 - :mod:`sim.fleet.capacity` -- max QPS one replica sustains (bisection over seeds, CI).
 - :mod:`sim.fleet.binding` -- what limits a candidate (KV memory, batch cap, decode, prefill).
-- :mod:`sim.cluster.router` -- many replicas behind a router in one SimPy environment.
+- :mod:`sim.cluster.replay` -- many replicas behind a router in one SimPy environment.
 - :mod:`sim.fleet.autoscale` -- replicas over time with a cold-start delay vs static peak.
 - :mod:`sim.fleet.prices` -- $/GPU-hour from the catalog or a user YAML.
 - :mod:`sim.fleet.spec` -- what a plan is asked for and the demand measured on the trace.

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import t as student_t
 
-from sim.cluster.router import replay_fleet
+from sim.cluster.replay import replay_fleet
 from sim.cluster.slo import Slo, SloEval, SloTarget, evaluate
 from sim.errors import ConfigError
 from sim.fleet.binding import Diagnostics, classify, diagnose

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.cluster.router import replay_fleet
+from sim.cluster.replay import replay_fleet
 from sim.cluster.slo import Slo, SloEval, evaluate
 from sim.fleet.candidate import Candidate
 from sim.fleet.workload import to_trace

@@ -32,6 +32,7 @@ same order, so ``--exact-steps`` gives identical output (tested).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -60,7 +61,11 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     (``flight`` itself when nothing could be done in bulk).
 
     ``pull_due(t)`` admits the arrivals due by ``t`` to the scheduler; ``next_arrival`` (a
-    router's hint) stops the window before a step that a submission could change.
+    router's hint) stops the window before a step that a submission could change. A live router
+    also reads replica state at its next arrival, so no step of the window may end at or after
+    it: sync, that step is planned here and handed to the exact loop as ``k.pending`` (planned
+    as ``sched.schedule`` would have, its outcome not applied); async, the window stops before
+    planning while the step in flight ends at or after it.
 
     Not in bulk: paper-v0's prefill-only steps, swapped requests waiting, and speculative
     decoding (a decode advances by its accepted drafts, 1 to K + 1 tokens a step, so decoders
@@ -110,6 +115,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     else:
         p_plan, p_batch, p_dt, p_start = NO_PLAN, new_batch((0,) * 11), 0.0, t
     partial: set[int] = set()
+    na = next_arrival() if next_arrival is not None else math.inf  # no submission until the window ends
     s = 0
     while decoders:
         s1 = s + 1
@@ -117,8 +123,11 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         if len(bucket) > (fq.size if fq is not None else kv.num_free_blocks) or decoders > max_batched:
             break  # this step could preempt, or not every decoder fits the budget: go exact
         plan_t = p_start if lag else t  # async: planned while the step in flight runs
-        if next_arrival is not None and plan_t >= next_arrival():
-            break  # a router may submit before this step is planned: let SimPy run it first
+        if t >= na:
+            # sync: a router may submit before this step starts; async: the step in flight ends at
+            # or after the router's next arrival, which reads the replica mid-flight (step s
+            # running, s1 planned): let SimPy run it, the exact loop plans s1
+            break
         # ---- plan step s1: arrivals, the running pass (decodes), admissions ----
         pull_due(plan_t)
         if bucket:
@@ -154,6 +163,15 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                                page, 0, a.swap_in_blocks, bb))  # swap-in: CPU offload loads
         dt = step_cost(batch)
         end = t + dt
+        if not lag and end >= na:  # sync: the router reads this step mid-flight; the exact loop runs it
+            real = {r.uid for r, _ in plan.scheduled} if plan is not None else set()
+            for r in running:
+                if r.uid not in real:
+                    r.num_computed_tokens += s
+                    r.num_output += s
+                    r.num_tokens += s
+            k.pending = _pending_plan(running, plan)
+            return t, None
         if plan is not None:
             for r, n in plan.scheduled:
                 if r.advance(n, end):
@@ -226,6 +244,16 @@ def _land(k: StepKernel, lag: int, caching: bool, plan: StepPlan, batch: StepBat
     k.busy_s += dt
     k.step += 1
     k.ff_steps += 1
+
+
+def _pending_plan(running: list[Request], admitted: StepPlan | None) -> StepPlan:
+    """The plan ``sched.schedule`` returns for a sync window step: every decoder one token
+    (running order), then the admissions."""
+    if admitted is None:
+        return StepPlan(scheduled=[(r, 1) for r in running])
+    new = {r.uid for r, _ in admitted.scheduled}
+    admitted.scheduled[:0] = [(r, 1) for r in running if r.uid not in new]
+    return admitted
 
 
 def _seq(r: Request) -> int:

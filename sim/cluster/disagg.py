@@ -1,0 +1,243 @@
+"""Run a cluster (:mod:`sim.cluster.spec`): unified, prefill and decode instances in ONE SimPy
+environment, P/D transfers as KV connectors (:mod:`sim.cluster.pd`) over shared links.
+
+Flows, at each arrival (the router process wakes first at that instant, :mod:`sim.cluster.router`):
+
+- **decode-first** (llm-d): the decode pool's router picks the decode instance ``D``; when the
+  prompt part ``D``'s cache does not hold (as the router's view sees it) is under
+  ``threshold`` tokens, ``D`` prefills it locally (a plain request); otherwise the prefill
+  pool's router picks ``P``, which runs the prompt with one output token, and ``D`` pulls the
+  KV when ``P`` is done;
+- **prefill-first** (vLLM's disaggregated proxy): ``P`` is picked at arrival, ``D`` when ``P``
+  is done (on the decode pool's state then).
+
+Prefill and decode instances step exactly (their connectors complete transfers between
+steps); unified instances keep fast-forward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from sim.cluster.links import Link, make_link
+from sim.cluster.pd import DecodeReceiver, PrefillSender, PullRecord
+from sim.cluster.policies import Policy, RouterState
+from sim.cluster.router import RouterSpec, wake_at
+from sim.cluster.spec import ClusterSpec, Instance
+from sim.cluster.view import make_view
+from sim.engine.replica import Replica
+from sim.errors import ConfigError
+from sim.io.ingest import make_requests
+from sim.io.results import request_frame
+from sim.kv.base import cdiv
+from sim.request import Request, Status
+from sim.run.build import build, new_replica
+from workloads.schema import Trace
+
+
+@dataclass(slots=True)
+class ClusterResult:
+    requests: pd.DataFrame            # request_frame + instance, prefill_instance, transfer_s, kv_wait_s
+    steps: pd.DataFrame               # every instance's steps + instance
+    names: list[str]
+    roles: list[str]
+    links: dict[tuple[int, int], Link] = field(default_factory=dict)
+    receiving: dict[int, list[tuple[float, int]]] = field(default_factory=dict)  # decode: blocks held receiving
+    decode_kv_blocked: int = 0        # pulls that first waited for free decode blocks
+    end_s: float = 0.0
+
+
+class _Pool:
+    """One role's instances behind one routing policy (and its view of their caches)."""
+
+    def __init__(self, idx: list[int], reps: list[Replica], spec: RouterSpec, block_size: int) -> None:
+        self.idx, self.reps = idx, reps
+        self.choose: Policy = spec.make()
+        self.state = RouterState([1.0] * len(reps), block_size)
+        if spec.uses_view:
+            self.state.view = make_view(spec.view, reps, block_size, spec.delay_s)
+
+    def pick(self, r: Request, now: float) -> int:
+        st = self.state
+        st.now = now
+        k = self.choose(r, self.reps, st) if len(self.reps) > 1 else 0
+        if st.view is not None:
+            st.view.routed(r, self.reps[k], now)
+        return k
+
+
+def _prefill_clone(r: Request) -> Request:
+    """The request as the prefill instance runs it: its prompt and one output token."""
+    return Request(uid=r.uid, request_id=r.request_id, arrival_s=r.arrival_s, prompt_tokens=r.prompt_tokens,
+                   output_tokens=1, priority=r.priority, content=r.content)
+
+
+class ClusterRun:
+    def __init__(self, spec: ClusterSpec, trace: Trace) -> None:
+        self.spec = spec
+        self.env = env = simpy.Environment()
+        self.reps: list[Replica] = []
+        self.senders: dict[int, PrefillSender] = {}
+        self.receivers: dict[int, DecodeReceiver] = {}
+        for i, inst in enumerate(spec.instances):
+            self.reps.append(self._instance(i, inst))
+        B = spec.instances[0].config.block_size
+        if any(i.config.block_size != B for i in spec.instances):
+            raise ConfigError("cluster: every instance needs the same block_size (KV moves block by block)")
+        roles = [i.role for i in spec.instances]
+        front = [k for k, r in enumerate(roles) if r in ("unified", "decode")]
+        self.front = _Pool(front, [self.reps[k] for k in front], spec.router, B)
+        back = [k for k, r in enumerate(roles) if r == "prefill"]
+        self.back = _Pool(back, [self.reps[k] for k in back], spec.prefill_router, B) if back else None
+        self.links: dict[tuple[int, int], Link] = {}
+        self.reqs = make_requests(trace, spec.instances[front[0]].config)
+        self.clones: dict[int, Request] = {}
+        self.decode_of: dict[int, int] = {}      # uid -> decode instance (decode-first)
+        self.prefill_of: dict[int, int] = {}
+        self.records: dict[int, PullRecord] = {}
+        self.instance = np.full(len(self.reqs), -1, dtype=np.int64)
+        self._next = 0
+        env.process(self._route())
+        for rep in self.reps:
+            rep.follow_router(self.next_arrival)
+
+    def _instance(self, i: int, inst: Instance) -> Replica:
+        cfg = inst.config
+        try:
+            parts = build(cfg)
+        except ConfigError as e:
+            raise ConfigError(f"cluster: {inst.role} instance {inst.name}: {e}") from None
+        if inst.role != "unified":
+            if cfg.kv_offloading_size or not parts.kv.enable_caching or not parts.kv.paged:
+                raise ConfigError(f"cluster: instance {inst.name}: a {inst.role} instance needs the paged allocator "
+                                  "with prefix caching and no CPU offload tier (one KV connector per instance)")
+            need = cdiv(parts.budget.max_model_len, cfg.block_size)
+            if inst.role == "decode" and parts.kv.usable_blocks < need:
+                raise ConfigError(f"cluster: decode instance {inst.name}: its KV pool of {parts.kv.usable_blocks} blocks "
+                                  f"is smaller than one request of max_model_len {parts.budget.max_model_len} "
+                                  f"({need} blocks)")
+        c: PrefillSender | DecodeReceiver | None = None
+        if inst.role == "prefill":
+            c = self.senders[i] = PrefillSender(self._prefilled)
+        elif inst.role == "decode":
+            c = self.receivers[i] = DecodeReceiver(parts.budget.bytes_per_block * cfg.tensor_parallel_size,
+                                                   cfg.block_size)
+        if c is not None:
+            parts.kv.connect(c)
+        rep = new_replica(self.env, cfg, parts=parts)
+        if c is not None:
+            c.rep = rep
+        return rep
+
+    def next_arrival(self) -> float:
+        return self.reqs[self._next].arrival_s if self._next < len(self.reqs) else math.inf
+
+    def _link(self, p: int, d: int) -> Link:
+        link = self.links.get((p, d))
+        if link is None:
+            a, b = self.spec.instances[p], self.spec.instances[d]
+            lanes = min(a.config.tensor_parallel_size, b.config.tensor_parallel_size)
+            link = self.links[(p, d)] = make_link(self.env, f"{a.name}->{b.name}", self.spec.link_spec(a.name, b.name),
+                                                  lanes)
+        return link
+
+    # ---- the flows ------------------------------------------------------------------------------
+    def _route(self) -> Generator[simpy.Event, Any, None]:
+        env, spec, B = self.env, self.spec, self.front.state.block_size
+        for i, r in enumerate(self.reqs):
+            if r.arrival_s > env.now:
+                yield from wake_at(env, r.arrival_s)
+            self._next = i + 1
+            now = env.now
+            if self.back is None or spec.flow == "decode-first":
+                k = self.front.pick(r, now)
+                d = self.front.idx[k]
+                view = self.front.state.view
+                uncached = r.prompt_tokens - (view.hits(r, self.reps[d], now) * B if view is not None else 0)
+                if self.back is None or uncached < spec.threshold:
+                    self.instance[r.uid] = d
+                    self.reps[d].submit(r)  # unified, or llm-d's threshold rule: prefill locally
+                    continue
+                self.decode_of[r.uid] = d
+            p = self.back.idx[self.back.pick(r, now)]
+            self.prefill_of[r.uid] = p
+            clone = self.clones[r.uid] = _prefill_clone(r)
+            self.reps[p].submit(clone)
+
+    def _prefilled(self, clone: Request) -> None:
+        """``clone`` finished on its prefill instance: hand the request to its decode instance."""
+        r = self.reqs[clone.uid]
+        p = self.prefill_of[r.uid]
+        d = self.decode_of.get(r.uid)
+        if d is None:
+            d = self.front.idx[self.front.pick(r, self.env.now)]
+        self.instance[r.uid] = d
+        reject = self.reps[d].reject
+        rej = reject(r) if reject is not None else None
+        if rej is not None:  # the decode instance can never run it: rejected, the prefill blocks freed
+            r.status, r.reject_reason, r.reject_detail = Status.REJECTED, rej.code, rej.detail
+            self.senders[p].sent(r.uid)
+            return
+        rec = self.records[r.uid] = PullRecord(r.uid, p, d)
+        self.receivers[d].expect(r, rec, self.senders[p], self._link(p, d))
+        self.reps[d].submit(r)
+
+    def run(self) -> ClusterResult:
+        self.env.run()
+        for uid, clone in self.clones.items():  # rejected on its prefill instance: rejected for good
+            r = self.reqs[uid]
+            if clone.status is Status.REJECTED and r.status is not Status.REJECTED:
+                r.status, r.reject_reason, r.reject_detail = Status.REJECTED, clone.reject_reason, clone.reject_detail
+                self.instance[uid] = self.prefill_of[uid]
+        return self._result()
+
+    def _result(self) -> ClusterResult:
+        frame = request_frame(self.reqs)
+        n = len(self.reqs)
+        pre = np.full(n, -1, dtype=np.int64)
+        xfer, wait, done = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+        for uid, p in self.prefill_of.items():
+            pre[uid] = p
+            c = self.clones[uid]
+            done[uid] = c.finish_s if c.finish_s >= 0 else np.nan
+        for uid, rec in self.records.items():
+            if rec.landed_s >= 0:
+                xfer[uid] = rec.landed_s - rec.start_s
+                wait[uid] = rec.landed_s - rec.reached_s
+        frame["instance"], frame["prefill_instance"] = self.instance, pre
+        frame["prefill_done_s"], frame["transfer_s"], frame["kv_wait_s"] = done, xfer, wait
+        frame["replica"] = self.instance
+        steps = []
+        for k, rep in enumerate(self.reps):
+            s = rep.log.frame()
+            s.insert(0, "instance", np.full(len(s), k, dtype=np.int64))
+            s["receiving_slots"] = self._receiving(k, (s["start_s"] + s["duration_s"]).to_numpy())
+            steps.append(s)
+        return ClusterResult(frame, pd.concat(steps, ignore_index=True), [i.name for i in self.spec.instances],
+                             [i.role for i in self.spec.instances], self.links,
+                             {k: c.receiving for k, c in self.receivers.items()},
+                             sum(c.blocked for c in self.receivers.values()), self.env.now)
+
+
+    def _receiving(self, k: int, at: np.ndarray) -> np.ndarray:
+        """Token slots of blocks held by requests waiting for their KV (decode side), at each
+        step's record time. The allocator's breakdown counts them in ``internal_frag_slots`` (held,
+        no computed token states yet): this column says how much of that is receiving."""
+        c = self.receivers.get(k)
+        if c is None or not c.receiving:
+            return np.zeros(len(at), dtype=np.int64)
+        t = np.array([x[0] for x in c.receiving])
+        held = np.array([0, *(x[1] for x in c.receiving)], dtype=np.int64)
+        return held[np.searchsorted(t, at, side="right")] * c.block_size
+
+
+def run_cluster(spec: ClusterSpec, trace: Trace) -> ClusterResult:
+    """Simulate ``trace`` on the cluster ``spec``."""
+    return ClusterRun(spec, trace).run()

@@ -1,0 +1,86 @@
+"""Routing policies: which replica takes a request. Plain callables ``(request, replicas,
+state) -> index``; the router process that calls them is :mod:`sim.cluster.router`.
+
+- ``round-robin``: 0, 1, 2, ... regardless of load;
+- ``least-outstanding-tokens``: the replica with the fewest tokens still to process,
+  divided by its ``weight`` (for mixed GPU types);
+- ``prefix-affinity``: a stable hash of the request's first prefix block picks the replica
+  (so requests sharing a prefix share a cache); requests without prefix content go
+  round-robin;
+- ``kv-aware`` (llm-d's weighted scorers) and ``dynamo`` (NVIDIA Dynamo's KV router cost):
+  :mod:`sim.cluster.scorers`, over the router's view of each cache (:mod:`sim.cluster.view`).
+
+A policy is *static* when it never reads replica state: the fleet replay then assigns every
+request up front. The others are *live*: they run at each arrival instant and read the replicas
+as they are at that instant (fast-forward stays on, :mod:`sim.cluster.router`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sim.request import Request
+
+if TYPE_CHECKING:
+    from sim.cluster.view import PrefixView
+    from sim.engine.replica import Replica
+
+
+@dataclass(slots=True)
+class RouterState:
+    """What a policy may keep or read besides the replicas: per-replica weights, the block size,
+    a counter (round-robin, tie rotation), the decision time and the router's view of caches."""
+
+    weights: list[float]
+    block_size: int
+    counter: int = 0
+    now: float = 0.0
+    view: PrefixView | None = None
+
+
+Policy = Callable[[Request, "Sequence[Replica]", RouterState], int]
+
+
+def rotate_ties(values: Sequence[float], st: RouterState, *, best: str = "min") -> int:
+    """Index of the best value; among equal ones, rotate with the router's counter (all idle
+    replicas get turns instead of replica 0 getting everything)."""
+    v = min(values) if best == "min" else max(values)
+    ties = [i for i, x in enumerate(values) if x == v]
+    st.counter += 1
+    return ties[st.counter % len(ties)]
+
+
+def round_robin(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
+    i = st.counter % len(reps)
+    st.counter += 1
+    return i
+
+
+def least_outstanding(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
+    return rotate_ties([r.outstanding_tokens / st.weights[i] for i, r in enumerate(reps)], st)
+
+
+def prefix_key(req: Request, block_size: int) -> int | None:
+    """Stable 32-bit key of the request's first prefix block, or None without content."""
+    c = req.content
+    if not isinstance(c, tuple) or not c:
+        return None
+    if c[0] == "ids":
+        first = c[1][:block_size]
+    elif c[0] == "hash":
+        first = c[1][:1]
+    else:
+        first = (c[1],)
+    return zlib.crc32(np.asarray(first, dtype=np.int64).tobytes())
+
+
+def prefix_affinity(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
+    key = prefix_key(req, st.block_size)
+    if key is None:
+        return round_robin(req, reps, st)
+    return key % len(reps)

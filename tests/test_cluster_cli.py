@@ -1,0 +1,63 @@
+"""`kvsim simulate --cluster FILE.yaml`: the outputs gain the cluster columns; bad cluster
+files are one ``error:`` line (sim/cli/cluster.py, sim/cluster/spec.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import sim.cli.main as cli_main
+
+cli_main._load()
+runner = CliRunner()
+
+PD = {"router": "kv-aware", "flow": "decode-first", "threshold": 64,
+      "defaults": {"model": "llama-3.1-8b", "max_model_len": 8192, "cost_model": "roofline"},
+      "instances": [{"name": "prefill", "role": "prefill", "count": 2, "config": {"gpu": "h100"}},
+                    {"name": "decode", "role": "decode", "config": {"gpu": "h200", "tensor_parallel_size": 2}}],
+      "links": {"default": {"kind": "rdma-ndr"}, "pairs": [{"between": ["prefill0", "decode"], "kind": "nvlink4"}]}}
+
+
+def write(tmp: Path, data: object) -> str:
+    p = tmp / "cluster.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return str(p)
+
+
+def test_simulate_cluster_writes_the_cluster_columns(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    res = runner.invoke(cli_main.app, ["simulate", "--cluster", write(tmp_path, PD), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    req = pd.read_parquet(out / "requests.parquet")
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert {"instance", "prefill_instance", "transfer_s", "kv_wait_s"} <= set(req.columns)
+    assert set(steps["instance"]) == {0, 1, 2}
+    assert (req["status"] == "finished").all()
+    remote = req["prefill_instance"] >= 0
+    assert remote.any() and (~remote).any()          # the threshold kept short prompts local
+    assert (req.loc[remote, "kv_wait_s"] >= req.loc[remote, "transfer_s"]).all()
+    assert req.loc[~remote, "transfer_s"].isna().all()
+    summary = json.loads((out / "cluster.json").read_text())
+    assert [i["role"] for i in summary["instances"]] == ["prefill", "prefill", "decode"]
+    assert {link["kind"] for link in summary["links"]} <= {"nvlink4", "rdma-ndr"}
+    assert (out / "ttft_breakdown.png").stat().st_size > 0 and (out / "link_utilisation.png").exists()
+
+
+@pytest.mark.parametrize("patch, needle", [
+    (lambda c: c["instances"][1].update(role="decoder"), "unknown role 'decoder'"),
+    (lambda c: c["links"]["pairs"][0].update(between=["prefill0", "decode9"]), "link to nowhere"),
+    (lambda c: c["instances"][1]["config"].update(num_gpu_blocks=40), "decode instance decode"),
+    (lambda c: c.update(routr="kv-aware"), "unknown key 'routr'"),
+])
+def test_bad_cluster_files_are_one_error_line(tmp_path: Path, patch, needle: str) -> None:  # type: ignore[no-untyped-def]
+    c = json.loads(json.dumps(PD))
+    patch(c)
+    res = runner.invoke(cli_main.app, ["simulate", "--cluster", write(tmp_path, c), "--out", str(tmp_path / "o")])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert lines[0].startswith("error: ") and needle in lines[0], res.output
