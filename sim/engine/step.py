@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.cost import StepBatch, StepCostModel
+from sim.cost.bulk import DecodeTime, decode_step_time
 from sim.io.records import StepLog, record_from_tuple
 from sim.kv.base import KvAllocator, MemoryBreakdown
 from sim.request import Request
@@ -47,10 +48,20 @@ class StepKernel:
     step: int = 0                      # index of the next step
     busy_s: float = 0.0
     ff_steps: int = 0                  # steps applied by fast-forward
+    bulk_steps: int = 0                # of which quiet steps (no admission pass, decode time in bulk)
     page_size: int = 0                 # StepBatch.block_size: tokens per page, 0 = contiguous
+    _decode: dict[int, DecodeTime] = field(default_factory=dict)  # decoders -> decode_time(...)
 
     def __post_init__(self) -> None:
         self.page_size = self.kv.block_size if self.kv.paged else 0
+
+    def decode_time(self, seqs: int) -> DecodeTime:
+        """``time(ctx, pages)`` of a step of ``seqs`` decodes, equal to ``cost.step_time`` of its
+        batch bit for bit (:mod:`sim.cost.bulk`); built once per decoder count."""
+        f = self._decode.get(seqs)
+        if f is None:
+            f = self._decode[seqs] = decode_step_time(self.cost, seqs, self.page_size, self.block_bytes)
+        return f
 
     def batch(self, plan: StepPlan) -> StepBatch:
         """Describe the step for the cost model (prefill vs decode work, pages touched)."""
