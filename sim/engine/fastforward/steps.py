@@ -13,7 +13,7 @@ from sim.sched.plan import StepPlan
 from sim.sched.scheduler import Scheduler
 
 
-def land(k: StepKernel, lag: int, caching: bool, plan: StepPlan, batch: StepBatch, dt: float,
+def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
           start: float, done: list[Request], computed: int, nw: int) -> None:
     """The step ``(plan, batch, dt, start)`` lands: the requests whose last token it sampled
     (``done``) are freed, then its record; ``computed`` counts the running requests' token
@@ -23,7 +23,7 @@ def land(k: StepKernel, lag: int, caching: bool, plan: StepPlan, batch: StepBatc
             kv, B = k.kv, k.kv.block_size
             for r in done:
                 r.pending_output = 0
-                if caching and not r.num_computed_tokens % B:
+                if k.caching and not r.num_computed_tokens % B:
                     kv.register_full_blocks(r, r.num_computed_tokens)
         k.finish(done, start + dt)
     sched, kv = k.sched, k.kv

@@ -91,13 +91,12 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     running = sched.running
     max_batched, max_seqs = sched.max_num_batched_tokens, sched.max_num_seqs
     fin: dict[int, list[Request]] = {}  # window step -> requests whose last token it samples
-    blocks = kv.decode_blocks  # None: a slab, no blocks to hand out mid-window
+    blocks = k.decode_blocks  # None: a slab, no blocks to hand out mid-window
     paged = blocks is not None
-    B, page = kv.block_size, k.page_size
+    B, page, caching = kv.block_size, k.page_size, k.caching
     append_block = blocks.append_block if blocks is not None else None
     # a paged pool's counters read directly (== kv.num_free_blocks, no call)
     fq = blocks.pool.free_queue if blocks is not None else None
-    caching = paged and kv.enable_caching
     register = blocks.register_decoded_blocks if blocks is not None and caching else None
     buckets: list[list[Request]] = [[] for _ in range(B)]
     c0_sum = pages = decoders = 0
@@ -209,7 +208,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 plan = None
         if landing:  # async: step s lands at t, after step s1 was planned
             extra = sum(r.num_computed_tokens for r, _ in plan.scheduled) if plan is not None else 0
-            land(k, lag, caching, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s + extra, nw)
+            land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s + extra, nw)
         # ---- launch step s1 at t: batch, duration, tokens computed and sampled ----
         ctx = c0_sum + decoders * s1
         if plan is None:
@@ -252,7 +251,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         if partial:
             break  # a chunked prefill remains: hand over to exact steps
         if not lag:  # sync: step s1 lands at its end, before step s1 + 1 is planned
-            land(k, lag, caching, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s, nw)
+            land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s, nw)
             landing = False
     if not s:
         return t if f is None else f.start, f
@@ -264,7 +263,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             r.num_tokens += s
     if not lag:
         if landing:  # a chunked prefill remains: the step lands with every count real
-            land(k, lag, caching, p_plan, p_batch, p_dt, p_start, p_done,
+            land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,
                   sum(r.num_computed_tokens for r in running if r not in p_done),
                   sched.num_waiting)
         return t, None
