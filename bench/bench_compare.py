@@ -20,7 +20,8 @@ shared by both trees is used (``sim.config.schema.make_config``, ``sim.run.simul
 This parent process imports nothing from either tree, so it runs even while the working
 tree is mid-edit; a side that fails is reported with its error.
 
-    python bench/bench_compare.py [--base REV] [--rounds N] [--exact] [--trace PATH] [--quick]
+    KVSIM_DATA=DIR python bench/bench_compare.py [--base REV] [--rounds N] [--exact] [--trace PATH]
+        [--cost-model SPEC] [--quick]
 
 Exit status: 0 when every run completed (whatever the ratio, mismatches included: they are
 printed), 1 when some run failed (import error, crash), 2 when the base could not be checked
@@ -39,19 +40,14 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_BASE = "d79914e43fe1e853f8ced17c8a366e9f2e8c12c0"  # the commit before the core redesign
+DEFAULT_BASE = "main"
+TRACE_IN_DATA = ("traces", "azure_llm_2023", "AzureLLMInferenceTrace_conv.csv")  # under $KVSIM_DATA
 
-
-def _shared() -> Path:
-    """The optional data folder (traces/, gpu_profiles/): $KVSIM_DATA; unset, paths name it literally."""
-    return Path(os.environ.get("KVSIM_DATA", "$KVSIM_DATA"))
-
-
-# Copied from bench/bench_engine.py (Vidur's anchor run) rather than imported: importing it
-# would import sim from this tree, which must not be needed to run the comparison.
-DEFAULT_TRACE = _shared() / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
-CONFIG = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
-              block_size=16, max_model_len=4096, cost_model="roofline")
+# Copied from bench/bench_engine.py (issue 19's configuration) rather than imported: importing
+# it would import sim from this tree, which must not be needed to run the comparison. The cost
+# model is each tree's default unless --cost-model names one.
+CONFIG: dict[str, object] = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2,
+                                 max_num_seqs=128, block_size=16, max_model_len=4096)
 QUICK_REQUESTS = 3000
 MARK = "BENCH_COMPARE_RESULT "
 
@@ -82,9 +78,9 @@ print(job["mark"] + json.dumps(out), flush=True)
 """
 
 
-def run_side(tree: Path, trace: Path, limit: int, modes: list[str]) -> dict:
+def run_side(tree: Path, trace: Path, limit: int, modes: list[str], config: dict) -> dict:
     """One benchmark run of ``tree`` in a fresh interpreter; ``{"error": ...}`` if it failed."""
-    job = {"tree": str(tree), "trace": str(trace), "limit": limit, "modes": modes, "config": CONFIG,
+    job = {"tree": str(tree), "trace": str(trace), "limit": limit, "modes": modes, "config": config,
            "mark": MARK}
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
     p = subprocess.run([sys.executable, "-c", WORKER, json.dumps(job)], cwd=tree, env=env,
@@ -137,13 +133,18 @@ def report(results: dict[str, list[dict]], modes: list[str]) -> bool:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", default=DEFAULT_BASE, help="commit to compare against (default: pre-redesign)")
+    ap.add_argument("--base", default=DEFAULT_BASE, help="commit to compare against (default: main)")
+    ap.add_argument("--cost-model", default=None, help="pin a cost model (default: each tree's default)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--exact", action="store_true", help="also time exact_steps=True")
-    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    ap.add_argument("--trace", type=Path, default=None, help="default: $KVSIM_DATA/" + "/".join(TRACE_IN_DATA))
     ap.add_argument("--quick", action="store_true", help=f"first {QUICK_REQUESTS} requests only (smoke run)")
     a = ap.parse_args()
-    trace = a.trace.resolve()
+    if a.trace is None and not os.environ.get("KVSIM_DATA"):
+        print("skipped: set KVSIM_DATA to the data folder (traces/azure_llm_2023/...) or pass --trace")
+        return 0
+    trace = (a.trace or Path(os.environ["KVSIM_DATA"]).joinpath(*TRACE_IN_DATA)).resolve()
+    config = {**CONFIG, **({"cost_model": a.cost_model} if a.cost_model else {})}
     if not trace.exists():
         print(f"trace not found: {trace}", file=sys.stderr)
         return 2
@@ -171,7 +172,7 @@ def main() -> int:
                 if i % 2:
                     order.reverse()
                 for side, tree in order:
-                    r = run_side(tree, trace, limit, modes)
+                    r = run_side(tree, trace, limit, modes, config)
                     results[side].append(r)
                     if "error" in r:
                         print(f"round {i + 1} {side}: FAILED {r['error']}")

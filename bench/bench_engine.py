@@ -1,66 +1,93 @@
-"""Engine speed on the Azure 2023 conv trace, in the configuration of Vidur's anchor run.
+"""Engine speed on the Azure 2023 conv trace, in the configuration of issue 19 (Vidur's anchor run).
 
-Vidur (github.com/microsoft/vidur) replays this trace (19,366 requests, one hour) for one
-replica of Llama-2-70B on 2x A100 (TP 2), vLLM scheduler, batch cap 128, block_size 16, in
-about 23 s on a 2-core machine (~850 simulated requests per wall second; figure from the
-issue, not re-measured here: Vidur cannot be fetched in this sandbox). kvsim does the same
-with real block identities and prefix caching. Both kvsim modes (fast-forward, the default,
-and --exact-steps) run in this one process so their ratio is measured under the same load.
+One replica of Llama-2-70B on 2x A100-80GB (TP 2), vLLM scheduler, max_num_seqs 128, block
+size 16, max_model_len 4096, replaying the conv trace (19,366 requests, one hour) with the
+DEFAULT configuration -- cost model and serving stack included (``--cost-model`` pins one, e.g.
+``calibrated`` or ``roofline``). The trace is found under ``$KVSIM_DATA``
+(``traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv``) or given with ``--trace``; without
+either the benchmark is skipped.
 
-    python bench/bench_engine.py [--trace PATH] [--skip-exact]
+The loop time is the wall time of ``simulate(cfg, trace)`` (trace loading excluded), the
+figure to set beside Vidur's loop on the same trace and machine. Vidur's profiles are not on
+PyPI, so Vidur is timed outside this repository; ``--vidur-s SECONDS`` prints the ratio to a
+figure measured in the same session. Fast-forward (the default) and ``--exact-steps`` run in
+this one process, so their ratio is measured under the same load.
+
+    KVSIM_DATA=DIR python bench/bench_engine.py [--trace PATH] [--cost-model SPEC] [--skip-exact]
+        [--limit N] [--vidur-s SECONDS]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import os
+import platform
 import time
 from pathlib import Path
+from typing import Any
 
 from sim.config.schema import make_config
+from sim.engine.replica import Replica
 from sim.run.simulate import simulate
 from workloads import load_trace
 
-
-def _shared() -> Path:
-    """The optional data folder (traces/, gpu_profiles/): $KVSIM_DATA; unset, paths name it literally."""
-    return Path(os.environ.get("KVSIM_DATA", "$KVSIM_DATA"))
-
-VIDUR_ANCHOR_S = 23.0
-DEFAULT_TRACE = _shared() / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
-CONFIG = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
-              block_size=16, max_model_len=4096, cost_model="roofline")
+TRACE_IN_DATA = ("traces", "azure_llm_2023", "AzureLLMInferenceTrace_conv.csv")
+CONFIG: dict[str, Any] = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
+                              block_size=16, max_model_len=4096)
 
 
-def run(trace, exact: bool) -> dict[str, float]:
-    cfg = make_config(exact_steps=exact, **CONFIG)
+def run(trace: Any, exact: bool, cost_model: str | None) -> dict[str, Any]:
+    cfg = make_config(exact_steps=exact, **CONFIG, **({"cost_model": cost_model} if cost_model else {}))
+    seen: list[Replica] = []
     t0, c0 = time.perf_counter(), time.process_time()
-    res = simulate(cfg, trace)
+    res = simulate(cfg, trace, on_step=lambda rep: seen.append(rep) if not seen else None)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     s = res.summary
     return {"wall_s": wall, "cpu_s": cpu, "requests": s.num_requests, "finished": s.num_finished,
             "steps": s.num_steps, "ff_steps": s.fast_forward_steps,
-            "preemptions": s.preemptions, "kv_usage": s.kv_usage_mean,
+            "quiet_steps": seen[0].kernel.bulk_steps if seen else 0, "preemptions": s.preemptions,
+            "kv_usage": s.kv_usage_mean, "cost": res.cost_model,
             "req_per_s": s.num_requests / wall, "steps_per_s": s.num_steps / wall}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", type=Path, default=None, help="default: $KVSIM_DATA/" + "/".join(TRACE_IN_DATA))
+    ap.add_argument("--cost-model", default=None, help="pin a cost model (default: the default one)")
     ap.add_argument("--skip-exact", action="store_true")
+    ap.add_argument("--limit", type=int, default=0, help="first N requests only (smoke run)")
+    ap.add_argument("--vidur-s", type=float, default=None, help="Vidur's loop time on this trace, same session")
     a = ap.parse_args()
+    path = a.trace
+    if path is None:
+        if not os.environ.get("KVSIM_DATA"):
+            print("bench_engine: skipped (set KVSIM_DATA to the data folder, or pass --trace)")
+            return
+        path = Path(os.environ["KVSIM_DATA"]).joinpath(*TRACE_IN_DATA)
+    if not path.exists():
+        print(f"bench_engine: skipped ({path} not found)")
+        return
+    print(f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
+          f"({os.cpu_count()} CPUs, Python {platform.python_version()})")
     t0 = time.perf_counter()
-    trace = load_trace(a.trace)
-    print(f"load: {time.perf_counter() - t0:.2f} s, {trace.num_requests:,} requests")
-    rows = [("fast-forward (default)", run(trace, exact=False))]
+    trace = load_trace(path)
+    if a.limit:
+        trace = dataclasses.replace(trace, df=trace.df.iloc[: a.limit].reset_index(drop=True))
+    print(f"load: {time.perf_counter() - t0:.2f} s, {len(trace.df):,} requests")
+    rows = [("fast-forward (default)", run(trace, False, a.cost_model))]
     if not a.skip_exact:
-        rows.append(("--exact-steps", run(trace, exact=True)))
+        rows.append(("--exact-steps", run(trace, True, a.cost_model)))
+    print(f"cost model: {rows[0][1]['cost']}")
     for name, r in rows:
-        print(f"{name:24s} wall {r['wall_s']:6.2f} s (cpu {r['cpu_s']:5.2f} s) | {r['req_per_s']:8.0f} simulated req/s | "
-              f"{r['steps_per_s']:8.0f} steps/s | steps {r['steps']:,} (ff {r['ff_steps']:,}) | "
-              f"finished {r['finished']:,} | preemptions {r['preemptions']:,} | KV use {100 * r['kv_usage']:.1f}%")
+        print(f"{name:24s} loop {r['wall_s']:6.2f} s (cpu {r['cpu_s']:5.2f} s) | {r['req_per_s']:7.0f} req/s | "
+              f"{r['steps_per_s']:7.0f} steps/s | steps {r['steps']:,} (fast-forwarded {r['ff_steps']:,}, "
+              f"quiet {r['quiet_steps']:,}) | finished {r['finished']:,} | preemptions {r['preemptions']:,} | "
+              f"KV use {100 * r['kv_usage']:.1f}%")
     ff = rows[0][1]
-    print(f"vs Vidur's ~{VIDUR_ANCHOR_S:.0f} s anchor (quoted, not re-measured): {VIDUR_ANCHOR_S / ff['wall_s']:.1f}x")
+    if a.vidur_s:
+        print(f"vs Vidur's loop {a.vidur_s:.1f} s (same session): {a.vidur_s / ff['wall_s']:.1f}x")
     if len(rows) > 1:
         print(f"fast-forward speed-up over --exact-steps (same process): {rows[1][1]['wall_s'] / ff['wall_s']:.1f}x")
 

@@ -18,6 +18,7 @@ shapes here, and the token-count-dependent dense part is memoised per token coun
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from sim.cost.batch import CostBasis, StepBatch
@@ -179,6 +180,28 @@ class CalibratedCost:
         if so or si:
             t += self._swap(batch)
         return t
+
+    def decode_step_time(self, seqs: int, block_size: int) -> Callable[[int, int], float]:
+        """:meth:`step_time` of a decode-only step of ``seqs`` sequences as a function of its
+        context tokens and pages (fast-forward, :mod:`sim.cost.bulk`): the terms that do not
+        depend on them folded once, the rest the same float operations in the same order."""
+        fn = self._fn.get(seqs)
+        if fn is None:
+            fn = self._n_part(seqs)
+        fs = self._fs.get(seqs)
+        if fs is None:
+            fs = self._s_part(seqs)
+        a0, a_seq, a_row, a_kv, a_fl, a_pg = self._attn if block_size > 0 else self._slab
+        head = a0 + a_seq * seqs + a_row * seqs  # gpu_time's first three terms (n == seqs)
+        eta, floor, tail = self._eta, self._floor, self._cpu + self._per_seq * seqs
+        if block_size <= 0:
+            a_pg = 0.0  # gpu_time adds 0.0 for a contiguous KV (0.0 * pages == 0.0)
+
+        def time(ctx: int, pages: int) -> float:
+            t = eta * (head + a_kv * ctx + a_fl * ctx + a_pg * pages + fn + fs)
+            return (floor if t < floor else t) + tail
+
+        return time
 
     def _swap(self, b: StepBatch) -> float:
         return b.block_bytes * (b.swap_in_blocks * self._h2d + b.swap_out_blocks * self._d2h)

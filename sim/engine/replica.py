@@ -194,7 +194,7 @@ class Replica:
             if self.exact_steps or (lag and flight is None):
                 continue
             hint = self._next_arrival_hint if self._router_next is not None else None
-            t, flight = fast_forward(k, order, env.now, flight, self._pull_due, hint)
+            t, flight = fast_forward(k, order, env.now, flight, self._pull_due, hint, self.next_own_arrival)
             if t > env.now:
                 if self.on_progress:
                     self.on_progress(self)

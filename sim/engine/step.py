@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.cost import StepBatch, StepCostModel
+from sim.cost.bulk import DecodeTime, decode_step_time
 from sim.io.records import StepLog, record_from_tuple
-from sim.kv.base import KvAllocator, MemoryBreakdown
+from sim.kv.base import DecodeBlocks, KvAllocator, MemoryBreakdown
 from sim.request import Request
 from sim.sched.plan import StepPlan
 from sim.sched.scheduler import Scheduler
@@ -47,11 +48,27 @@ class StepKernel:
     step: int = 0                      # index of the next step
     busy_s: float = 0.0
     ff_steps: int = 0                  # steps applied by fast-forward
+    bulk_steps: int = 0                # of which quiet steps (no admission pass, decode time in bulk)
     page_size: int = 0                 # StepBatch.block_size: tokens per page, 0 = contiguous
     pending: StepPlan | None = None    # a step fast-forward planned for the exact loop to run
+    decode_blocks: DecodeBlocks | None = None  # the allocator's bulk-decode view (None: a slab)
+    caching: bool = False              # prefix caching on a paged pool (decoded blocks are hashed)
+    _decode: dict[int, DecodeTime] = field(default_factory=dict)  # decoders -> decode_time(...)
 
     def __post_init__(self) -> None:
-        self.page_size = self.kv.block_size if self.kv.paged else 0
+        """The allocator's answers the engine needs on every step or window, asked once."""
+        kv = self.kv
+        self.page_size = kv.block_size if kv.paged else 0
+        self.decode_blocks = kv.decode_blocks
+        self.caching = kv.paged and kv.enable_caching
+
+    def decode_time(self, seqs: int) -> DecodeTime:
+        """``time(ctx, pages)`` of a step of ``seqs`` decodes, equal to ``cost.step_time`` of its
+        batch bit for bit (:mod:`sim.cost.bulk`); built once per decoder count."""
+        f = self._decode.get(seqs)
+        if f is None:
+            f = self._decode[seqs] = decode_step_time(self.cost, seqs, self.page_size, self.block_bytes)
+        return f
 
     def batch(self, plan: StepPlan) -> StepBatch:
         """Describe the step for the cost model (prefill vs decode work, pages touched)."""
@@ -109,7 +126,7 @@ class StepKernel:
         head = swapped[0] if swapped else sched.waiting.peek()  # the next request to place
         mem = self.kv.breakdown(running, sum(r.num_computed_tokens for r in running), waiting=head)
         ahead = sched.spec_tokens + sched.lookahead
-        if ahead and self.kv.decode_blocks is not None:
+        if ahead and self.decode_blocks is not None:
             # speculative decoding: slots held past the next token for drafts and lookahead are
             # reserved (used again next step), not fragmentation
             B = self.page_size

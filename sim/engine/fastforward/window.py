@@ -9,7 +9,13 @@ count they would have had at the start of the window) and are bucketed by ``c0 m
     step s of the window: a decoder needs a block   iff (c0 + s - 1) % B == 0
                           its last block fills      iff (c0 + s) % B == 0
 
-so a step costs O(requests with an event), not O(batch). Admissions of waiting requests run
+so a step costs O(requests with an event), not O(batch). Most steps are *quiet*: nothing
+finishes or is freed, and the admission pass can admit nothing (the waiting head is hopeless
+while free blocks only shrink, or nothing waits and no arrival is due, or the running list is
+full; :func:`~sim.engine.fastforward.steps.no_admission`). A quiet step skips the admission pass
+and times its decodes with ``StepKernel.decode_time`` (the cost model folded once per decoder
+count, :mod:`sim.cost.bulk`); it hands out blocks, registers hashes and writes its record as
+any other. Admissions of waiting requests run
 through the scheduler's own admission pass on the real (eagerly updated) block pool, so they are
 simulated exactly; a new request whose prefill completes joins the decoders. The window ends
 (before the step) when a step could preempt (its block needs exceed the free blocks) or the
@@ -38,7 +44,9 @@ from functools import partial
 
 from sim.cost import StepBatch
 from sim.engine.fastforward.decoders import join, leave
+from sim.engine.fastforward.handover import hand_over
 from sim.engine.fastforward.ordering import Order
+from sim.engine.fastforward.steps import land, no_admission
 from sim.engine.step import InFlight, StepKernel
 from sim.io.records import record_from_tuple as record
 from sim.request import Request
@@ -52,7 +60,8 @@ NONE: list[Request] = []  # no request finishes in this step (read only)
 
 
 def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None, pull_due: Pull,
-                 next_arrival: NextArrival | None = None) -> tuple[float, InFlight | None]:
+                 next_arrival: NextArrival | None = None, next_due: NextArrival | None = None,
+                 ) -> tuple[float, InFlight | None]:
     """Run as many steps as can be done in bulk; return ``(time, step in flight)`` at the end.
 
     Sync: ``flight`` is None and the window starts at ``t``; it returns the time the next
@@ -65,7 +74,8 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     also reads replica state at its next arrival, so no step of the window may end at or after
     it: sync, that step is planned here and handed to the exact loop as ``k.pending`` (planned
     as ``sched.schedule`` would have, its outcome not applied); async, the window stops before
-    planning while the step in flight ends at or after it.
+    planning while the step in flight ends at or after it. ``next_due()`` (the arrival time of
+    the replica's next own request) lets quiet steps skip the admission pass.
 
     Not in bulk: paper-v0's prefill-only steps, swapped requests waiting, and speculative
     decoding (a decode advances by its accepted drafts, 1 to K + 1 tokens a step, so decoders
@@ -78,22 +88,21 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     for r in sched.running:
         if not decoding(r):
             return t, flight
-    return _window(k, order.lag, t, flight, pull_due, next_arrival)
+    return _window(k, order.lag, t, flight, pull_due, next_arrival, next_due)
 
 
 def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pull,
-            next_arrival: NextArrival | None) -> tuple[float, InFlight | None]:
+            next_arrival: NextArrival | None, next_due: NextArrival | None) -> tuple[float, InFlight | None]:
     sched, kv = k.sched, k.kv
     running = sched.running
     max_batched, max_seqs = sched.max_num_batched_tokens, sched.max_num_seqs
     fin: dict[int, list[Request]] = {}  # window step -> requests whose last token it samples
-    blocks = kv.decode_blocks  # None: a slab, no blocks to hand out mid-window
+    blocks = k.decode_blocks  # None: a slab, no blocks to hand out mid-window
     paged = blocks is not None
-    B, page = kv.block_size, k.page_size
+    B, page, caching = kv.block_size, k.page_size, k.caching
     append_block = blocks.append_block if blocks is not None else None
     # a paged pool's counters read directly (== kv.num_free_blocks, no call)
     fq = blocks.pool.free_queue if blocks is not None else None
-    caching = paged and kv.enable_caching
     register = blocks.register_decoded_blocks if blocks is not None and caching else None
     buckets: list[list[Request]] = [[] for _ in range(B)]
     c0_sum = pages = decoders = 0
@@ -105,6 +114,16 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         decoders += 1
         pages += join(r, left, fin, buckets, paged)
     step_cost, bb = k.cost.step_time, k.block_bytes
+    breakdown, log_row = kv.breakdown, k.log.append
+    pool = blocks.pool if blocks is not None else None
+    # quiet steps (module docstring) need the next arrival of the replica's own inbox
+    quiet = next_due is not None
+    due = next_due() if next_due is not None else 0.0
+    held: bool | None = None  # True: no admission can run until a pull or a non-quiet step
+    head: Request | None = None
+    qnw = 0
+    dec_time, dec_n = k.decode_time(decoders), decoders
+    na = next_arrival() if next_arrival is not None else math.inf  # no submission until the window ends
     # the step launched but not landed (p_*): async starts with f in flight
     landing = f is not None
     p_done: list[Request] = NONE
@@ -115,7 +134,6 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     else:
         p_plan, p_batch, p_dt, p_start = NO_PLAN, new_batch((0,) * 11), 0.0, t
     partial: set[int] = set()
-    na = next_arrival() if next_arrival is not None else math.inf  # no submission until the window ends
     s = 0
     while decoders:
         s1 = s + 1
@@ -128,8 +146,61 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             # or after the router's next arrival, which reads the replica mid-flight (step s
             # running, s1 planned): let SimPy run it, the exact loop plans s1
             break
+        if quiet and s1 not in fin and not (landing and p_done):
+            # ---- a quiet step: nothing finishes, nothing is freed, and no admission can run ----
+            if due <= plan_t:  # an arrival is due: pull it (it may change what admission sees)
+                pull_due(plan_t)
+                due = next_due()  # type: ignore[misc]
+                held = None
+            if held is None:
+                qnw = sched.num_waiting
+                head = sched.waiting.peek() if qnw else None
+                held = no_admission(sched, head, max_batched - decoders)
+            if held:
+                if bucket:
+                    append_block(bucket)  # type: ignore[misc]
+                    pages += len(bucket)
+                    if lag and register is not None:
+                        register(bucket, s1 - 1)
+                if not lag and register is not None:
+                    filling = buckets[(s1 + 1) % B]
+                    if filling:
+                        register(filling, s1)
+                if dec_n != decoders:
+                    dec_time, dec_n = k.decode_time(decoders), decoders
+                ctx = c0_sum + decoders * s1
+                dt = dec_time(ctx, pages)
+                if not lag and t + dt >= na:  # sync: the router reads this step mid-flight
+                    hand_over(k, running, s, None)
+                    return t, None
+                free_blocks = fq.size if fq is not None else kv.num_free_blocks
+                shared = pool.shared_excess if pool is not None else kv.shared_excess
+                if lag:  # step s lands (no frees), then step s1 is launched
+                    tok, res, internal, ext, free = breakdown(running, ctx - decoders, waiting=head)
+                    log_row(record((k.step, p_start, p_dt, len(running), qnw, p_batch.prefill_tokens,
+                                    p_batch.num_decode_seqs, p_plan.num_preempted, free_blocks, tok, res,
+                                    internal, ext, free, shared, p_plan.swap_out_blocks, p_plan.swap_in_blocks)))
+                    k.busy_s += p_dt
+                    p_plan, p_dt, p_start = NO_PLAN, dt, t
+                    p_batch = new_batch((0, 0, 0.0, 0, decoders, ctx, pages, page, 0, 0, bb))
+                else:  # step s1 is launched and lands
+                    tok, res, internal, ext, free = breakdown(running, ctx, waiting=head)
+                    log_row(record((k.step, t, dt, len(running), qnw, 0, decoders, 0, free_blocks, tok, res,
+                                    internal, ext, free, shared, 0, 0)))
+                    k.busy_s += dt
+                k.step += 1
+                k.ff_steps += 1
+                k.bulk_steps += 1
+                s = s1
+                t += dt
+                continue
+        held = None  # what admission sees changes in this step
         # ---- plan step s1: arrivals, the running pass (decodes), admissions ----
-        pull_due(plan_t)
+        if not quiet:
+            pull_due(plan_t)
+        elif due <= plan_t:
+            pull_due(plan_t)
+            due = next_due()  # type: ignore[misc]
         if bucket:
             append_block(bucket)  # type: ignore[misc]
             pages += len(bucket)
@@ -150,7 +221,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 plan = None
         if landing:  # async: step s lands at t, after step s1 was planned
             extra = sum(r.num_computed_tokens for r, _ in plan.scheduled) if plan is not None else 0
-            _land(k, lag, caching, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s + extra, nw)
+            land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s + extra, nw)
         # ---- launch step s1 at t: batch, duration, tokens computed and sampled ----
         ctx = c0_sum + decoders * s1
         if plan is None:
@@ -164,13 +235,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         dt = step_cost(batch)
         end = t + dt
         if not lag and end >= na:  # sync: the router reads this step mid-flight; the exact loop runs it
-            real = {r.uid for r, _ in plan.scheduled} if plan is not None else set()
-            for r in running:
-                if r.uid not in real:
-                    r.num_computed_tokens += s
-                    r.num_output += s
-                    r.num_tokens += s
-            k.pending = _pending_plan(running, plan)
+            hand_over(k, running, s, plan)
             return t, None
         if plan is not None:
             for r, n in plan.scheduled:
@@ -202,7 +267,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         if partial:
             break  # a chunked prefill remains: hand over to exact steps
         if not lag:  # sync: step s1 lands at its end, before step s1 + 1 is planned
-            _land(k, lag, caching, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s, nw)
+            land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s, nw)
             landing = False
     if not s:
         return t if f is None else f.start, f
@@ -214,7 +279,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             r.num_tokens += s
     if not lag:
         if landing:  # a chunked prefill remains: the step lands with every count real
-            _land(k, lag, caching, p_plan, p_batch, p_dt, p_start, p_done,
+            land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,
                   sum(r.num_computed_tokens for r in running if r not in p_done),
                   sched.num_waiting)
         return t, None
@@ -222,39 +287,6 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                              p_batch, p_dt, p_start, p_done)
 
 
-def _land(k: StepKernel, lag: int, caching: bool, plan: StepPlan, batch: StepBatch, dt: float,
-          start: float, done: list[Request], computed: int, nw: int) -> None:
-    """The step ``(plan, batch, dt, start)`` lands: the requests whose last token it sampled
-    (``done``) are freed, then its record; ``computed`` counts the running requests' token
-    states once they are gone, ``nw`` the waiting requests."""
-    if done:
-        if lag:  # as AsyncScheduler.output: the token is seen, a block it filled is cached
-            kv, B = k.kv, k.kv.block_size
-            for r in done:
-                r.pending_output = 0
-                if caching and not r.num_computed_tokens % B:
-                    kv.register_full_blocks(r, r.num_computed_tokens)
-        k.finish(done, start + dt)
-    sched, kv = k.sched, k.kv
-    running = sched.running
-    tok, res, internal, ext, free = kv.breakdown(running, computed, waiting=sched.waiting.peek() if nw else None)
-    k.log.append(record((k.step, start, dt, len(running), nw, batch.prefill_tokens, batch.num_decode_seqs,
-                         plan.num_preempted, kv.num_free_blocks, tok, res, internal, ext, free,
-                         kv.shared_excess, plan.swap_out_blocks, plan.swap_in_blocks)))
-    k.busy_s += dt
-    k.step += 1
-    k.ff_steps += 1
-
-
-def _pending_plan(running: list[Request], admitted: StepPlan | None) -> StepPlan:
-    """The plan ``sched.schedule`` returns for a sync window step: every decoder one token
-    (running order), then the admissions."""
-    if admitted is None:
-        return StepPlan(scheduled=[(r, 1) for r in running])
-    new = {r.uid for r, _ in admitted.scheduled}
-    admitted.scheduled[:0] = [(r, 1) for r in running if r.uid not in new]
-    return admitted
-
-
 def _seq(r: Request) -> int:
     return r.seq
+

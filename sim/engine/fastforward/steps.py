@@ -1,0 +1,47 @@
+"""What a fast-forward window step does around the decoder arithmetic of
+:mod:`sim.engine.fastforward.window`: land a step (free its finished requests, append its
+record), and tell whether the scheduler's admission pass can admit anything (a *quiet* step
+skips it)."""
+
+from __future__ import annotations
+
+from sim.cost import StepBatch
+from sim.engine.step import StepKernel
+from sim.io.records import record_from_tuple as record
+from sim.request import Request
+from sim.sched.plan import StepPlan
+from sim.sched.scheduler import Scheduler
+
+
+def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
+          start: float, done: list[Request], computed: int, nw: int) -> None:
+    """The step ``(plan, batch, dt, start)`` lands: the requests whose last token it sampled
+    (``done``) are freed, then its record; ``computed`` counts the running requests' token
+    states once they are gone, ``nw`` the waiting requests."""
+    if done:
+        if lag:  # as AsyncScheduler.output: the token is seen, a block it filled is cached
+            kv, B = k.kv, k.kv.block_size
+            for r in done:
+                r.pending_output = 0
+                if k.caching and not r.num_computed_tokens % B:
+                    kv.register_full_blocks(r, r.num_computed_tokens)
+        k.finish(done, start + dt)
+    sched, kv = k.sched, k.kv
+    running = sched.running
+    tok, res, internal, ext, free = kv.breakdown(running, computed, waiting=sched.waiting.peek() if nw else None)
+    k.log.append(record((k.step, start, dt, len(running), nw, batch.prefill_tokens, batch.num_decode_seqs,
+                         plan.num_preempted, kv.num_free_blocks, tok, res, internal, ext, free,
+                         kv.shared_excess, plan.swap_out_blocks, plan.swap_in_blocks)))
+    k.busy_s += dt
+    k.step += 1
+    k.ff_steps += 1
+
+
+def no_admission(sched: Scheduler, head: Request | None, budget: int) -> bool:
+    """True when the scheduler's admission pass could admit nothing now, nor on later steps
+    while the head stays the same and the free blocks do not grow: the guards of
+    ``Scheduler.admit`` (a waiting head, a running slot, token budget) and its head-of-line
+    ``Admission.hopeless`` test, which depends only on the head and the free blocks."""
+    if head is None or budget <= 0 or len(sched.running) >= sched.max_num_seqs:
+        return True
+    return sched.admission.hopeless(sched.kv, head, True)
