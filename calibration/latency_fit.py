@@ -25,7 +25,7 @@ from calibration.transfer import h100_transfer
 from sim.cost.stack import SCHEMA, ServingStack
 
 DESCRIPTIONS = {
-    "vllm": "vLLM as measured in 2024 (CUDA graphs for decode, Ray workers at TP >= 2): DistServe's "
+    "vllm-2023": "vLLM as measured in 2023-24 (CUDA graphs for decode, Ray workers at TP >= 2): DistServe's "
             "vLLM step-time fits for OPT-13B/66B and Vidur's vLLM CPU profiles, DGX-A100",
     "lean": "a low-overhead engine: DistServe's own (C++ kernels and scheduler, no Ray), DistServe's "
             "step-time fits for OPT-13B/66B, DGX-A100",
@@ -89,7 +89,7 @@ def fit_public(root: Path = pr.PROFILES) -> tuple[dict[str, Any], pd.DataFrame]:
     preds = []
     for name, source in STACKS.items():
         d = rows[rows["source"] == source]
-        c = cpu if name == "vllm" else None
+        c = cpu if name == "vllm-2023" else None
         form, th = fit_stack(d[~d["heldout"]], c)
         st = form.to_stack(th, name, DESCRIPTIONS[name], source, pr.GPU)
         pred = predict_rows(d, st)

@@ -9,6 +9,7 @@ H100 in the calibrated cost model, labelled ``vidur profiles <gpu>``.
 Vidur's ``a100`` is an A100-80GB SXM (DGX A100) and ``h100`` an H100 SXM (DGX H100).
 """
 
+from calibration.public_rows import profiles_root
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,8 +28,7 @@ from sim.cost.features import (
     gemm_features,
 )
 
-_BESIDE = Path(__file__).resolve().parents[2] / "shared" / "gpu_profiles" / "vidur"
-DEFAULT_ROOT = _BESIDE if _BESIDE.exists() else Path("/work/shared/gpu_profiles/vidur")
+DEFAULT_ROOT = profiles_root() / "vidur"  # operator profiles: only with $KVSIM_DATA (large, not shipped)
 GPU_KEYS = {"a100": "a100-80gb", "h100": "h100"}  # Vidur device name -> our catalog key
 PEAKS = {"a100": (2.039e12, 312e12), "h100": (3.35e12, 989e12)}  # datasheet BW, bf16 FLOP/s
 BLOCK_SIZE = 16  # every Vidur attention row
