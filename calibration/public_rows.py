@@ -111,10 +111,10 @@ def _kv_capacity(model: str, tp: int) -> int:
 
 
 def distserve_rows(engine: str, root: Path = PROFILES) -> pd.DataFrame:
-    """``engine``: ``vllm`` (stack ``vllm``) or ``distserve`` (stack ``lean``)."""
+    """``engine``: ``vllm`` (stack ``vllm-2023``) or ``distserve`` (stack ``lean``)."""
     path = root / "distserve" / f"profiler-a100-80g.{engine}.json"
     doc = json.loads(path.read_text())
-    stack, src = ("vllm", "distserve-vllm") if engine == "vllm" else ("lean", "distserve-lean")
+    stack, src = ("vllm-2023", "distserve-vllm") if engine == "vllm" else ("lean", "distserve-lean")
     rows = []
     for name, by_tp in doc.items():
         model = MODELS[name]

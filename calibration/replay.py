@@ -49,7 +49,7 @@ def _inverse_cdf(q: tuple[tuple[float, float], ...], u: np.ndarray) -> np.ndarra
 def stage_trace(st: Stage, rng: np.random.Generator, window_s: float | None = None,
                 outputs: str = "auto") -> Trace:
     dur = st.duration_s if window_s is None else min(st.duration_s, window_s)
-    n = max(1, int(round(st.rate * dur)))
+    n = max(1, round(st.rate * dur))
     if st.arrival == "constant":
         arrival = np.arange(n) / st.rate
     else:
@@ -98,10 +98,12 @@ class Recorder:
     def step_time(self, batch: StepBatch) -> float:
         t = float(self.inner.step_time(batch))
         f, d, a = self.inner.kernel_parts(batch)
-        if f + d + a and self.inner._busy(batch) <= self.inner.roofline_floor(batch) * (1 + 1e-9):
+        floor = 0.0
+        if f + d + a and self.inner.busy_time(batch) <= self.inner.roofline_floor(batch) * (1 + 1e-9):
             f = d = a = 0.0  # at the roofline floor: the kernel coefficients do not move this step
+            floor = self.inner.roofline_floor(batch)
         busy = 1.0 if batch.num_tokens else 0.0
-        self.rows.append((f, d, a, busy, float(batch.num_seqs) * busy, 1.0 if batch.prefill_tokens else 0.0))
+        self.rows.append((f, d, a, busy, float(batch.num_seqs) * busy, 1.0 if batch.prefill_tokens else 0.0, floor))
         return t
 
 
@@ -138,7 +140,7 @@ def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150
     q = request_frame(reqs)
     steps = rep.log.frame()
     ends = (steps["start_s"] + steps["duration_s"]).to_numpy()
-    feats = np.asarray(rec.rows, dtype=np.float64).reshape(-1, len(FEATURES))
+    feats = np.asarray(rec.rows, dtype=np.float64).reshape(-1, len(FEATURES) + 1)[:, :len(FEATURES)]
     if len(feats) != len(ends):  # every step is timed once; keep the fit honest if that ever changes
         raise RuntimeError(f"{st.key}: {len(feats)} timed steps vs {len(ends)} logged")
     cum = np.vstack([np.zeros((1, feats.shape[1])), np.cumsum(feats, axis=0)])

@@ -11,7 +11,9 @@ Vidur's NCCL all-reduce profile (the all-reduce term) misses of vLLM's custom al
 the engine's own kernels; the CPU terms are one set for every TP (multiprocessing workers, no Ray). One fit iteration:
 replay every stage with the current theta, solve the bounded linear least squares on relative
 errors of mean E2E, TTFT and decode time per token, repeat (the schedule moves with theta) until
-theta moves less than 0.5 % (at most ``iters`` times). Deterministic: fixed seeds, no random starts.
+theta moves less than 0.5 % (at most ``iters`` times; each step damped, see DAMP and MAX_MOVE), and
+keep the iterate whose replays (not their linearization) have the lowest loss. Deterministic: fixed
+seeds, no random starts.
 
 Overloaded stages (``Stage.overloaded``) are never fitted, only predicted.
 """
@@ -32,10 +34,10 @@ from calibration.replay import StageResult, replay
 from calibration.serving_runs import Stage
 from sim.cost.stack import SCHEMA
 
-CPU0 = np.array([0.9, 0.9, 5e-4, 0.0, 0.0])     # eta_tok, eta_attn, cpu_s, per_seq_s, prefill_s
+CPU0 = np.array([0.9, 0.9, 1e-3, 0.0, 1e-3])     # eta_tok, eta_attn, cpu_s, per_seq_s, prefill_s
 ETA0 = 0.9
 DAMP = 0.6            # fraction of the linear step taken per iteration (the schedule moves with theta)
-MAX_MOVE = np.log(2.5)  # at most x2.5 (or /2.5) per coefficient per iteration, in log space
+MAX_MOVE = np.log(1.6)  # at most x1.6 (or /1.6) per coefficient per iteration, in log space
 CPU_LO, CPU_HI = np.array([0.2, 0.2, 0, 0, 0]), np.array([3.0, 3.0, 0.05, 1e-3, 0.05])
 CPU_SCALE = np.array([1.0, 1.0, 1e-3, 1e-5, 1e-3])
 
@@ -69,7 +71,7 @@ class Layout:
 
     def cpu(self, theta: np.ndarray) -> np.ndarray:
         return theta[len(self.tps):]
-W_E2E, W_TTFT, W_DTPT = 1.0, 0.5, 1.0
+W_E2E, W_TTFT, W_DTPT = 1.0, 0.3, 1.0
 # scheduler CPU per step, hidden behind the GPU under async scheduling: not identifiable from
 # runs with async scheduling on, so stated, not fitted (about vLLM V0's measured schedule time,
 # Vidur's a100_cpu_overheads.csv, an upper bound for V1's leaner scheduler)
@@ -85,12 +87,12 @@ class V1Fit:
 
 
 def stack_entry(layout: Layout, theta: np.ndarray, *, description: str, engine: str, fitted_on: dict[str, Any],
-                launch_s: float = 4.5e-4) -> dict[str, Any]:
+                launch_s: float = 4.5e-4, sched: tuple[float, float] = (SCHED_S, SCHED_PER_SEQ_S)) -> dict[str, Any]:
     """A ``stacks.yaml`` entry for theta (eta per TP; one cpu_s for every TP: no Ray term)."""
     eta_tok, eta_attn, cpu, per_seq, pf = (float(f"{x:.5g}") for x in layout.cpu(theta))
     return {"description": description, "engine": engine, "cuda_graphs": True, "fitted_on": fitted_on,
             "coef": {"launch_s": launch_s, "per_seq_s": per_seq, "prefill_s": pf, "prefill_n2_s": 0.0, "eta_tok": eta_tok, "eta_attn": eta_attn,
-                     "sched_s": SCHED_S, "sched_per_seq_s": SCHED_PER_SEQ_S},
+                     "sched_s": sched[0], "sched_per_seq_s": sched[1]},
             "by_tp": {t: {"cpu_s": cpu, "eta": float(f"{e:.5g}")} for t, e in layout.eta(theta).items()}}
 
 
@@ -153,12 +155,16 @@ def fit_v1(stages: Sequence[Stage], *, window_s: float | None = 150.0, seed: int
     lay = Layout([s.tp for s in fit_stages], per_tp_eta)
     theta = lay.x0()
     floor = np.r_[np.full(len(lay.tps), 0.05), 0.05, 0.05, 1e-4, 1e-6, 1e-4]
+    best: tuple[float, np.ndarray, list[StageResult]] | None = None
     with tempfile.TemporaryDirectory() as tmp:
         res: list[StageResult] = []
         for it in range(1, iters + 1):
             prof = write_profile(Path(tmp) / "fit.yaml", "fit", stack_entry(lay, theta, description="fit", engine="",
                                                                           fitted_on={}))
             res = [replay(s, str(prof), seed=seed, window_s=window_s, outputs=outputs) for s in fit_stages]
+            loss = simulated_loss(lay, res, theta, outputs)
+            if best is None or loss < best[0]:
+                best = (loss, theta.copy(), res)
             # a stage the simulator overloads has no useful gradient (its queue, not its steps,
             # sets the latency): leave it out of this iteration's linear step
             usable = [r for r in res if not r.overloaded] or res
@@ -174,7 +180,19 @@ def fit_v1(stages: Sequence[Stage], *, window_s: float | None = 150.0, seed: int
         prof = write_profile(Path(tmp) / "fit.yaml", "fit", stack_entry(lay, theta, description="fit", engine="",
                                                                       fitted_on={}))
         res = [replay(s, str(prof), seed=seed, window_s=window_s, outputs=outputs) for s in fit_stages]
-    return V1Fit(lay, theta, tuple(res), it)
+        loss = simulated_loss(lay, res, theta, outputs)
+        if best is None or loss < best[0]:
+            best = (loss, theta.copy(), res)
+    assert best is not None
+    if log:
+        log(f"  kept the iterate with the lowest simulated loss ({best[0]:.5f})")
+    return V1Fit(lay, best[1], tuple(best[2]), it)
+
+
+def simulated_loss(lay: Layout, res: Sequence[StageResult], theta: np.ndarray, outputs: str = "auto") -> float:
+    """Sum of squared weighted relative errors of the replays themselves (not linearized)."""
+    A, b = _rows(lay, res, theta, outputs)
+    return float(np.sum((A @ theta - b) ** 2))
 
 
 def leave_one_run_out(fit: V1Fit, outputs: str = "auto") -> dict[str, tuple[float, float]]:

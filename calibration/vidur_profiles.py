@@ -9,7 +9,6 @@ H100 in the calibrated cost model, labelled ``vidur profiles <gpu>``.
 Vidur's ``a100`` is an A100-80GB SXM (DGX A100) and ``h100`` an H100 SXM (DGX H100).
 """
 
-from calibration.public_rows import profiles_root
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from calibration.nnls_fit import FitResult, fit_terms
+from calibration.public_rows import profiles_root
 from sim.cost.features import (
     ATTN_TERMS,
     ELEM_TERMS,

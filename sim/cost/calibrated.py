@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sim.cost.batch import CostBasis, StepBatch
+from sim.cost.labels import basis_of_terms, labels_of
 from sim.cost.moe import MoeCost, build_moe, moe_inactive_params, moe_layers
 from sim.cost.roofline import allreduce_time
 from sim.cost.sources import (
@@ -49,35 +50,9 @@ class CalibratedCost:
     """A StepCostModel with every coefficient folded with the model's shapes."""
 
     __slots__ = (
-        "_attn",
-        "_basis",
-        "_cpu",
-        "_d2h",
-        "_dense",
-        "_eta",
-        "_eta_tok",
-        "_eta_attn",
-        "_roof",
-        "_floor",
-        "_fn",
-        "_fixed",
-        "_fs",
-        "_gemms",
-        "_h2d",
-        "_idle",
-        "_lm",
-        "_moe",
-        "_per_seq",
-        "_async",
-        "_sched",
-        "_pf",
-        "_pf2",
-        "_slab",
-        "gpu",
-        "labels",
-        "model",
-        "stack",
-        "tp",
+        "_async", "_attn", "_basis", "_cpu", "_d2h", "_dense", "_eta", "_eta_attn", "_eta_tok", "_fixed",
+        "_floor", "_fn", "_fs", "_gemms", "_h2d", "_idle", "_lm", "_moe", "_per_seq", "_pf", "_pf2", "_roof",
+        "_sched", "_slab", "gpu", "labels", "model", "stack", "tp",
     )
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, terms: dict[str, Term | None],
@@ -206,7 +181,8 @@ class CalibratedCost:
         t = self._roof[1] * n
         return t if t > self._roof[0] else self._roof[0]
 
-    def _busy(self, b: StepBatch) -> float:
+    def busy_time(self, b: StepBatch) -> float:
+        """The stack's kernel time of the step (efficiencies applied, roofline floor), no CPU terms."""
         f, d, a = self.kernel_parts(b)
         t = self._eta * f + self._eta_tok * d + self._eta_attn * a
         r = self.roofline_floor(b)
@@ -216,7 +192,7 @@ class CalibratedCost:
         pt, ps, dec, so, si = batch[0], batch[1], batch[4], batch[8], batch[9]
         if pt + dec == 0:
             return self._idle + (self._swap(batch) if so or si else 0.0)
-        t = self._busy(batch)
+        t = self.busy_time(batch)
         if t < self._floor:
             t = self._floor
         seqs = ps + dec
@@ -236,7 +212,7 @@ class CalibratedCost:
     def parts(self, b: StepBatch) -> dict[str, float]:
         """The step's time split into named parts (seconds); they add up to ``step_time``."""
         gpu = self.gpu_time(b)
-        busy = self._busy(b)
+        busy = self.busy_time(b)
         launch = max(0.0, self._floor - busy) if b.num_tokens else 0.0
         pf = (self._pf + self._pf2 * _sq_chunks(b)) if b.prefill_tokens else 0.0
         out = {"gpu_kernels": gpu, "stack_kernel_overhead": busy - gpu, "launch_bound_wait": launch,
@@ -252,30 +228,6 @@ def _sq_chunks(b: StepBatch) -> float:
     """Sum over the step's prefill sequences of chunk^2 (attention work, per sequence: never the
     square of the step's total), from the causal pairs: 2 pairs - tokens = sum c (c + 2 prefix)."""
     return max(0.0, 2.0 * b.prefill_attn_pairs - b.prefill_tokens)
-
-
-def _labels(terms: dict[str, Term | None], tp: int, copy_label: str, stack: ServingStack) -> tuple[tuple[str, str], ...]:
-    out = [("attention", terms["attention"].label if terms["attention"] else "?"),
-           ("dense", t.label if (t := terms["gemm"]) else "roofline (uncalibrated)"),
-           ("elementwise", t.label if (t := terms["elementwise"]) else "roofline (uncalibrated)")]
-    if tp > 1:
-        out.append(("all-reduce", t.label if (t := terms["allreduce"]) else "analytic (datasheet link)"))
-    out += [("swap", copy_label), ("kv-write", "roofline (uncalibrated)"),
-            ("stack", f"{stack.name}: {stack.source or 'committed profile'}")]
-    return tuple(out)
-
-
-def _basis(gpu: GpuSpec, tp: int, terms: dict[str, Term | None], stack: ServingStack,
-           labels: tuple[tuple[str, str], ...], bands: dict[str, tuple[float, float]]) -> CostBasis:
-    key = ["attention", "gemm"] + (["allreduce"] if tp > 1 else [])
-    own = all((t := terms[k]) is not None and t.own for k in key)
-    stack_tp = tp in stack.fitted_tps
-    basis = "fitted" if own and stack_tp else "extrapolated"
-    how = [f"{n}: {lab}" for n, lab in labels if n not in ("swap", "kv-write")]
-    if not stack_tp:
-        how.append(f"{stack.name} stack fitted at TP {', '.join(map(str, stack.fitted_tps))}; "
-                   f"TP {tp} interpolated in log2(TP)")
-    return CostBasis(basis, "; ".join(how), bands["fitted" if basis == "fitted" else "extrapolated"])
 
 
 def build_calibrated(model: ModelSpec, gpu: GpuSpec, tp: int, sources: list[Source],
@@ -299,11 +251,11 @@ def build_calibrated(model: ModelSpec, gpu: GpuSpec, tp: int, sources: list[Sour
         "elementwise": resolve(pick(sources, "elementwise", gpu, prefer), "elementwise", gpu),
         "allreduce": allreduce_term(sources, gpu, tp, prefer)}
     copy, copy_label = copy_term(sources, gpu, prefer)
-    labels = _labels(terms, tp, copy_label, stack)
+    labels = labels_of(terms, tp, copy_label, stack)
     b = stack.band
     bands = {"fitted": (b.optimistic, b.pessimistic),
              "extrapolated": (b.optimistic_extrapolated, b.pessimistic_extrapolated)}
-    return CalibratedCost(model, gpu, tp, terms, stack, copy, _basis(gpu, tp, terms, stack, labels, bands), labels,
+    return CalibratedCost(model, gpu, tp, terms, stack, copy, basis_of_terms(model, gpu, tp, terms, stack, labels, bands), labels,
                           **options)
 
 
@@ -316,7 +268,7 @@ def load_calibrated_cost(model: ModelSpec, gpu: GpuSpec, tp: int, calibration: P
     """
     committed = committed_calibrations()
     if calibration is None:
-        return build_calibrated(model, gpu, tp, committed, resolve_stack(stack), **options)
+        return build_calibrated(model, gpu, tp, committed, resolve_stack(stack), None, **options)
     p = Path(calibration)
     if p.is_dir():
         p = p / "fit.yaml"

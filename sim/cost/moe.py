@@ -100,7 +100,7 @@ def build_moe(model: ModelSpec, tp: int, expert_parallel: bool, line_of: LineOf)
 
     def scaled(ln: Line) -> Line:
         c, s, rw, rn, rf = ln
-        return (c, s * per, rw * per, rn * per, rf * per)
+        return (c * per, s * per, rw * per, rn * per, rf * per)
 
     up, down = scaled(line_of(h, 2 * f_gpu, L, wb)), scaled(line_of(f_gpu, h, L, wb))
     nb = model.dtype_bytes
