@@ -14,7 +14,7 @@ from calibration.replay import replay, stage_trace
 from calibration.serving_runs import read_results
 from calibration.static_bench import bench_rows, predict_static, simulate_row
 from calibration.v1_fit import fit_v1
-from sim.cli.main import app
+from sim.cli.calibrate import app
 from sim.cost.stack import committed_stacks
 from sim.errors import ConfigError
 
@@ -92,11 +92,11 @@ def test_calibrate_check_reads_a_vllm_bench_serve_result(tmp_path: Path) -> None
            "mean_tpot_ms": 8.0, "mean_e2el_ms": 830.0}
     p = tmp_path / "bench.json"
     p.write_text(json.dumps(res))
-    out = CliRunner().invoke(app, ["calibrate", "check", str(p), "--model", "llama-2-7b", "--window-s", "10"])
+    out = CliRunner().invoke(app, ["check", str(p), "--model", "llama-2-7b", "--window-s", "10"])
     assert out.exit_code == 0, out.output
     assert "bench#0" in out.output and "no/" in out.output
-    bad = CliRunner().invoke(app, ["calibrate", "check", str(p)])
-    assert bad.exit_code != 0 and "--model" in bad.output
-    with pytest.raises(ConfigError, match="not experiments.json"):
+    bad = CliRunner().invoke(app, ["check", str(p)])
+    assert isinstance(bad.exception, ConfigError) and "--model" in str(bad.exception)
+    with pytest.raises(ConfigError, match=r"not experiments\.json"):
         (tmp_path / "x.json").write_text("{}")
         read_results(tmp_path / "x.json", model="llama-2-7b")

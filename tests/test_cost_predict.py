@@ -24,7 +24,7 @@ def kvsim(*args: str) -> tuple[int, str]:
 
 def test_json_has_step_cost_model_basis_and_parts() -> None:
     code, out = kvsim("--model", "llama-2-70b", "--gpu", "a100-80gb", "--tp", "4", "--prefill-tokens", "512",
-                      "--batch", "2", "--json")
+                      "--batch", "2", "--serving-stack", "vllm-2023", "--json")
     assert code == 0, out
     doc = json.loads(out)
     assert {"step_s", "cost_model", "basis", "parts"} <= set(doc)

