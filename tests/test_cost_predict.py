@@ -33,7 +33,8 @@ def test_json_has_step_cost_model_basis_and_parts() -> None:
     lo, hi = doc["band_s"]
     assert lo < doc["step_s"] < hi
     # the same number as the cost model the simulator builds, for the same batch
-    cost = build_cost_model("calibrated", resolve_model("llama-2-70b"), resolve_gpu("a100-80gb"), 4)
+    cost = build_cost_model("calibrated", resolve_model("llama-2-70b"), resolve_gpu("a100-80gb"), 4,
+                            serving_stack="vllm-2023")
     assert doc["step_s"] == cost.step_time(batch_for(prefill_tokens=512, batch=2))
 
 
