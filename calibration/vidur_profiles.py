@@ -1,4 +1,4 @@
-"""Reader + fit for Vidur's published operator timings (``../shared/gpu_profiles/vidur``).
+"""Reader + fit for Vidur's published operator timings (``$KVSIM_DATA/gpu_profiles/vidur``).
 
 Source: github.com/microsoft/vidur @ 7d47513, ``data/profiling/`` (MIT; Agrawal et al., MLSys
 2024). Times are per call of one operator on one GPU (one layer), in milliseconds (median column
