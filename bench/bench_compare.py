@@ -43,9 +43,8 @@ DEFAULT_BASE = "d79914e43fe1e853f8ced17c8a366e9f2e8c12c0"  # the commit before t
 
 
 def _shared() -> Path:
-    """../shared beside the checkout, else /work/shared (as bench_engine.py)."""
-    here = REPO.parent / "shared"
-    return here if here.exists() else Path("/work/shared")
+    """The optional data folder (traces/, gpu_profiles/): $KVSIM_DATA; unset, paths name it literally."""
+    return Path(os.environ.get("KVSIM_DATA", "$KVSIM_DATA"))
 
 
 # Copied from bench/bench_engine.py (Vidur's anchor run) rather than imported: importing it

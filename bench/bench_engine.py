@@ -13,6 +13,7 @@ and --exact-steps) run in this one process so their ratio is measured under the 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -22,9 +23,8 @@ from workloads import load_trace
 
 
 def _shared() -> Path:
-    """../shared beside the checkout, else /work/shared."""
-    here = Path(__file__).resolve().parents[2] / "shared"
-    return here if here.exists() else Path("/work/shared")
+    """The optional data folder (traces/, gpu_profiles/): $KVSIM_DATA; unset, paths name it literally."""
+    return Path(os.environ.get("KVSIM_DATA", "$KVSIM_DATA"))
 
 VIDUR_ANCHOR_S = 23.0
 DEFAULT_TRACE = _shared() / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"

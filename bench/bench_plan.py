@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = (ROOT.parent / "shared" if (ROOT.parent / "shared").exists() else Path("/work/shared")) / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
-OUT = ROOT / "reports" / "plan-azure-conv"
+TRACE = Path(os.environ.get("KVSIM_DATA", "$KVSIM_DATA")) / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+OUT = Path("reports") / "plan-azure-conv"  # relative: the command runs in ROOT and the bundle names no machine path
 
 
 def main() -> None:

@@ -18,9 +18,8 @@ from sim.sweep import expand, run_sweep
 
 
 def _shared() -> Path:
-    """../shared beside the checkout, else /work/shared."""
-    here = Path(__file__).resolve().parents[2] / "shared"
-    return here if here.exists() else Path("/work/shared")
+    """The optional data folder (traces/, gpu_profiles/): $KVSIM_DATA; unset, paths name it literally."""
+    return Path(os.environ.get("KVSIM_DATA", "$KVSIM_DATA"))
 
 TRACE = _shared() / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 GRID = {"gpu_memory_utilization": [0.85, 0.9], "block_size": [8, 16, 32, 64]}

@@ -6,12 +6,13 @@ Usage: .venv/bin/python bench/bench_trace_info.py [TRACE]
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-DEFAULT = Path("/work/shared/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
+DEFAULT = Path(os.environ.get("KVSIM_DATA", "$KVSIM_DATA"), "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
 LIMIT_S = 2.0
 
 

@@ -14,6 +14,7 @@ class Status(IntEnum):
     SWAPPED = 3
     FINISHED = 4
     REJECTED = 5
+    WAITING_FOR_REMOTE_KVS = 6  # holds blocks an asynchronous KV load fills (sim/kv/connector.py)
 
 
 @dataclass(slots=True, eq=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +12,12 @@ import pytest
 from workloads.schema import Trace, validate
 
 REPO = Path(__file__).resolve().parent.parent
-# the shared data sits beside the checkout (../shared); a clone elsewhere falls back to /work/shared
-SHARED = next((p for p in (REPO.parent / "shared", Path("/work/shared")) if p.exists()), REPO.parent / "shared")
+# Large optional data (traces/, gpu_profiles/) is not shipped: it is found through KVSIM_DATA only.
+# Unset, SHARED names a folder that does not exist and the tests that need it skip, saying so
+# (tests/helpers.optional_data for new tests).
+SHARED = Path(os.environ["KVSIM_DATA"]) if os.environ.get("KVSIM_DATA") else REPO / "KVSIM_DATA-unset"
 SHARED_TRACES = SHARED / "traces"
-AZURE_CONV = SHARED_TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
-MOONCAKE_CONV = SHARED_TRACES / "mooncake_fast25" / "conversation_trace.jsonl"
+NO_DATA = "optional data: set KVSIM_DATA to the folder with traces/ and gpu_profiles/"
 BUNDLED = REPO / "workloads" / "data" / "azure_conv_slice.csv"
 
 

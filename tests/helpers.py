@@ -67,3 +67,134 @@ def optional_data(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"optional data {path} not found (KVSIM_DATA={root})")
     return path
+
+
+# ---- one op-driver over every allocator (tests/test_kv_contract.py) ------------------------------
+#: the four allocator configurations the KV contract is specified against
+KV_KINDS = ("paged", "slab", "hybrid", "paged+offload")
+
+
+def make_kv(kind: str, num_blocks: int = 17, block_size: int = 4, *, cpu_blocks: int = 6) -> Any:
+    """A small pool of each kind: ``num_blocks`` blocks of ``block_size`` slots (a slab: the
+    same slots, one contiguous region); hybrid: one full-attention and one sliding-window group
+    (window 2 blocks); paged+offload: a CPU tier of ``cpu_blocks`` blocks as its KV connector."""
+    from sim.kv.coordinator import HybridAllocator
+    from sim.kv.offload import OffloadConnector
+    from sim.kv.paged import PagedAllocator
+    from sim.kv.slab import SlabAllocator
+    from sim.kv.window import KvGroup
+
+    if kind == "slab":
+        slots = (num_blocks - 1) * block_size
+        return SlabAllocator(slots, max_model_len=slots, reservation="oracle", placement="buddy")
+    if kind == "hybrid":
+        return HybridAllocator(num_blocks, block_size, (KvGroup(), KvGroup("sliding_window", 2 * block_size)))
+    kv = PagedAllocator(num_blocks, block_size)
+    if kind == "paged+offload":
+        kv.connect(OffloadConnector(kv, cpu_blocks))
+    elif kind != "paged":
+        raise ValueError(f"unknown allocator kind {kind!r}")
+    return kv
+
+
+OPS, OP_WEIGHTS = ("new", "admit", "grow", "preempt"), (0.25, 0.25, 0.44, 0.06)
+
+
+def drive_kv(kv: Any, rng: Any, num_ops: int = 300, *, prefixes: int = 3,
+             blocks_of: Any = None) -> list[tuple[Any, ...]]:
+    """Random admit / grow / preempt / finish operations through ``kv`` (and its KV connector),
+    in the order the scheduler makes the calls, checking the contract's invariants after every
+    operation; at the end everything is freed and nothing may leak.
+
+    Invariants: ``kv.check(live)`` (ref counts equal the tables' references, blocks conserved,
+    the free queue and the hash map consistent), the breakdown sums to the pool with no negative
+    category, free blocks within ``0..usable_blocks``. ``rng``: a seeded numpy Generator.
+    Returns the decisions taken, ``(op, uid, outcome, free blocks, evictions[, blocks])``
+    (``blocks_of(req)``: the block ids to record), for comparing two allocators.
+    """
+    from sim.request import Status
+    from sim.sched.admission import Admission
+    from sim.sched.transfers import probe
+
+    B, conn, adm = kv.block_size, kv.connector, Admission()
+    pool_slots = kv.num_blocks * B
+    waiting: list[Request] = []
+    live: list[Request] = []
+    log: list[tuple[Any, ...]] = []
+    uid = 0
+
+    def check(op: str, r: Request, outcome: object) -> None:
+        kv.check(live)
+        mem = kv.breakdown(live, sum(q.num_computed_tokens for q in live))
+        assert sum(mem) == pool_slots and min(mem) >= 0, (op, mem)
+        assert 0 <= kv.num_free_blocks <= kv.usable_blocks and kv.shared_excess >= 0
+        row = (op, r.uid, outcome, kv.num_free_blocks, kv.evictions)
+        log.append(row + ((tuple(blocks_of(r)),) if blocks_of is not None else ()))
+
+    def sample(r: Request) -> bool:
+        """All known tokens computed: sample one; True when that was the last."""
+        if r.num_computed_tokens < r.num_tokens:
+            return False
+        r.num_output += 1
+        r.num_tokens += 1
+        return r.num_output >= r.output_tokens
+
+    def finish(r: Request) -> None:
+        live.remove(r)
+        if conn is not None:
+            assert conn.request_finished(r, kv.num_held_blocks(r)) == (False, None)
+        kv.free(r)
+        r.status = Status.FINISHED
+
+    for _ in range(num_ops):
+        op = OPS[int(rng.choice(len(OPS), p=OP_WEIGHTS))]
+        if op == "new" or not (waiting or live):
+            p = int(rng.integers(1, 6 * B))
+            base = int(rng.integers(prefixes)) * 1000 if rng.random() < 0.7 else None
+            own = 10**6 + uid * 100                          # the rest of the prompt is the request's own
+            ids = None if base is None else (*range(base, base + p // 2), *range(own, own + p - p // 2))
+            waiting.append(req(uid, p, int(rng.integers(1, 3 * B)), ids=ids))
+            uid += 1
+            continue
+        if op == "admit" and waiting:
+            r = waiting[0]
+            if kv.never_fits(r):
+                waiting.pop(0)
+                continue
+            hit = probe(kv, conn, r)
+            n = min(r.num_tokens - hit.tokens, int(rng.integers(1, 4 * B)))
+            ok = adm.admit(kv, r, n + hit.external_tokens, hit.blocks, bool(live))
+            if ok:
+                if conn is not None:
+                    conn.update_state_after_alloc(r, kv.num_held_blocks(r), hit.external_tokens)
+                waiting.pop(0)
+                r.status, r.num_computed_tokens = Status.RUNNING, hit.tokens + n
+                live.append(r)
+            else:
+                assert kv.num_held_blocks(r) == 0
+            check("admit", r, (ok, hit.tokens))
+            if ok and sample(r):
+                finish(r)
+                check("finish", r, True)
+        elif op == "grow" and live:
+            r = live[int(rng.integers(len(live)))]
+            n = min(r.num_tokens - r.num_computed_tokens, int(rng.integers(1, 2 * B)))
+            ok = kv.allocate(r, n)
+            if ok:
+                r.num_computed_tokens += n
+            check("grow", r, ok)
+            if ok and sample(r):
+                finish(r)
+                check("finish", r, True)
+        elif op == "preempt" and live:
+            r = live.pop(int(rng.integers(len(live))))
+            kv.free(r)
+            r.status, r.num_computed_tokens = Status.PREEMPTED, 0
+            r.num_preemptions += 1
+            waiting.insert(0, r)
+            check("preempt", r, True)
+    for r in list(live):
+        finish(r)
+    kv.check([])
+    assert kv.num_free_blocks == kv.usable_blocks, "blocks leaked"
+    return log

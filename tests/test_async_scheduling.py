@@ -18,7 +18,8 @@ from sim.run.build import build
 from sim.run.simulate import simulate
 from sim.sched.async_scheduler import AsyncScheduler
 from sim.sched.scheduler import Scheduler
-from tests.conftest import MOONCAKE_CONV, make_trace
+from tests.conftest import make_trace
+from tests.helpers import assert_fast_forward_identical, mooncake_slice
 
 
 def run(rows: list[dict], **kw):  # type: ignore[no-untyped-def]
@@ -152,26 +153,15 @@ ASYNC_CONFIGS = [
 @pytest.mark.parametrize("kw", ASYNC_CONFIGS)
 def test_async_fast_forward_is_bit_identical_to_exact_steps(bundled_trace, kw: dict) -> None:
     check = kw.get("block_size", 16) > 1  # per-step invariant checks are O(pool): slow at B = 1
-    ff = simulate(make_config(**kw), bundled_trace, check=check)
-    ex = simulate(make_config(exact_steps=True, **kw), bundled_trace, check=check)
     assert isinstance(build(make_config(**kw)).sched, AsyncScheduler)
+    ff = assert_fast_forward_identical(kw, bundled_trace, check=check)
     assert ff.summary.fast_forward_steps > 0.5 * len(ff.steps)
-    pd.testing.assert_frame_equal(ff.requests, ex.requests, check_exact=True)
-    pd.testing.assert_frame_equal(ff.steps, ex.steps, check_exact=True)
 
 
 def test_async_fast_forward_identical_with_prefix_sharing_on_mooncake() -> None:
-    from workloads import load_trace
-
-    tr = load_trace(MOONCAKE_CONV)
-    df = tr.df[tr.df["prompt_tokens"] < 8000].head(80).reset_index(drop=True)
-    tr = make_trace(df.to_dict("records"))
     kw = dict(gpu="h200", num_gpu_blocks=1500, max_model_len=8192)
-    ff = simulate(make_config(**kw), tr, check=True)
-    ex = simulate(make_config(exact_steps=True, **kw), tr, check=True)
+    ff = assert_fast_forward_identical(kw, mooncake_slice(), check=True)
     assert ff.summary.prefix_cache.hit_rate > 0.05
-    pd.testing.assert_frame_equal(ff.steps, ex.steps, check_exact=True)
-    pd.testing.assert_frame_equal(ff.requests, ex.requests, check_exact=True)
 
 
 def test_async_changes_decisions_on_a_real_trace(bundled_trace) -> None:

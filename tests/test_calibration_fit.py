@@ -92,7 +92,7 @@ def test_committed_vidur_fits_drive_the_calibrated_model() -> None:
     assert h200.gpu_time(big) < a100.gpu_time(big)  # 4.8 vs 2.0 TB/s
 
 
-@pytest.mark.skipif(not VIDUR.exists(), reason="../shared/gpu_profiles not present")
+@pytest.mark.skipif(not VIDUR.exists(), reason="optional data: set KVSIM_DATA (gpu_profiles/)")
 def test_vidur_reader_and_fit_quality() -> None:
     from calibration.vidur_profiles import allreduce_table, attention_table, fit_gpu, mlp_tables
 

@@ -9,7 +9,8 @@ import pytest
 from sim.config.schema import make_config
 from sim.io.results import MEM_CATS
 from sim.run.simulate import simulate
-from tests.conftest import MOONCAKE_CONV, make_trace
+from tests.conftest import make_trace
+from tests.helpers import assert_fast_forward_identical, mooncake_slice
 
 
 def run(rows, check: bool = True, **kw):
@@ -120,29 +121,17 @@ CONFIGS = [
 
 @pytest.mark.parametrize("kw", CONFIGS)
 def test_fast_forward_is_bit_identical_to_exact_steps(bundled_trace, kw) -> None:
-    """Sync scheduling (the window of sim/engine/fastforward/window.py); tests/test_async_scheduling.py runs the
-    async window (sim/engine/fastforward/async_window.py) on the same kind of configs."""
+    """Sync scheduling; tests/test_async_scheduling.py runs the same window (sim/engine/fastforward/window.py)
+    in async order on the same kind of configs."""
     kw = {"async_scheduling": False, **kw}
     check = kw.get("num_gpu_blocks", 0) <= 1000  # per-step invariant checks are O(pool)
-    ff = simulate(make_config(exact_steps=False, **kw), bundled_trace, check=check)
-    ex = simulate(make_config(exact_steps=True, **kw), bundled_trace, check=check)
-    assert ff.summary.fast_forward_steps > 0
-    pd.testing.assert_frame_equal(ff.requests, ex.requests, check_exact=True)
-    pd.testing.assert_frame_equal(ff.steps, ex.steps, check_exact=True)
+    assert_fast_forward_identical(kw, bundled_trace, check=check)
 
 
 def test_fast_forward_identical_with_prefix_sharing_on_mooncake() -> None:
-    from workloads import load_trace
-
-    tr = load_trace(MOONCAKE_CONV)
-    df = tr.df[tr.df["prompt_tokens"] < 8000].head(80).reset_index(drop=True)
-    tr = make_trace(df.to_dict("records"))
     kw = dict(gpu="h200", num_gpu_blocks=1500, max_model_len=8192, async_scheduling=False)
-    ff = simulate(make_config(**kw), tr)
-    ex = simulate(make_config(exact_steps=True, **kw), tr)
+    ff = assert_fast_forward_identical(kw, mooncake_slice())
     assert ff.summary.prefix_cache.hit_rate > 0.05
-    pd.testing.assert_frame_equal(ff.steps, ex.steps, check_exact=True)
-    pd.testing.assert_frame_equal(ff.requests, ex.requests, check_exact=True)
 
 
 def test_swap_preemption_moves_blocks_and_charges_pcie_time(bundled_trace) -> None:

@@ -7,21 +7,20 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.kv import sharing
 from sim.kv.base import cdiv
 from sim.kv.paged import PagedAllocator
 from sim.kv.slab import SlabAllocator
 from sim.request import Request
 from sim.sched.admission import Admission
+from tests.helpers import req
 
 OPS = st.lists(st.tuples(st.sampled_from(["new", "append", "free", "preempt", "fork", "cow"]),
                          st.integers(0, 10_000), st.integers(1, 60)), min_size=1, max_size=80)
 
 
 def _req(uid: int, prompt: int, shared: bool) -> Request:
-    content = ("ids", tuple(range(prompt))) if shared else None
-    return Request(uid=uid, request_id=str(uid), arrival_s=0.0, prompt_tokens=prompt,
-                   output_tokens=200, content=content)
+    """200 outputs; ``shared`` requests all start with the same token ids."""
+    return req(uid, prompt, 200, base=0 if shared else None)
 
 
 @settings(max_examples=150, deadline=None)
@@ -61,12 +60,12 @@ def test_paged_invariants_hold_after_every_operation(ops, B, N, order, caching) 
             dst = _req(uid, src.prompt_tokens, shared=False)
             uid += 1
             dst.num_computed_tokens = src.num_computed_tokens
-            sharing.fork(pool, src, dst)
+            pool.sharing.fork(src, dst)
             live.append(dst)
         elif live and op == "cow" and not caching:
             r = live[pick % len(live)]
             if pool.num_held_blocks(r):
-                sharing.copy_on_write(pool, r)
+                pool.sharing.copy_on_write(r)
         pool.check(live)
     for r in live:
         pool.free(r)

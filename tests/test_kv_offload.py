@@ -2,7 +2,8 @@
 
 vLLM 0.33's native backend: every block a request fills is written through to a CPU LRU; a
 request whose prefix misses on the GPU continues its hit in the CPU tier and those blocks are
-loaded back over PCIe (kvsim charges the load to the admitting step as swap-in blocks).
+loaded back over PCIe (kvsim charges the load to the admitting step as swap-in blocks). The tier
+is a KV connector (sim/kv/connector.py) behind the paged allocator's prefix cache.
 """
 
 from __future__ import annotations
@@ -13,17 +14,24 @@ import pytest
 from sim.config.schema import make_config
 from sim.cost import StepBatch
 from sim.errors import ConfigError
-from sim.kv.base import CPU_HIT
 from sim.kv.cpu_tier import CpuTier
-from sim.kv.offload import OffloadingAllocator
+from sim.kv.offload import OffloadConnector
+from sim.kv.paged import PagedAllocator
 from sim.request import Request
 from sim.run.simulate import simulate
 from tests.conftest import make_trace
+from tests.helpers import req as _req
 
 
 def req(uid: int, prompt: int, base: int = 0, out: int = 2) -> Request:
-    return Request(uid=uid, request_id=str(uid), arrival_s=0.0, prompt_tokens=prompt, output_tokens=out,
-                   content=("ids", tuple(range(base, base + prompt))))
+    return _req(uid, prompt, out, base=base)
+
+
+def offloaded(num_blocks: int, block_size: int, cpu_blocks: int) -> tuple[PagedAllocator, OffloadConnector]:
+    kv = PagedAllocator(num_blocks, block_size)
+    c = OffloadConnector(kv, cpu_blocks)
+    kv.connect(c)
+    return kv, c
 
 
 # ---- the CPU LRU (vllm/v1/kv_offload/cpu/manager.py, policies/lru.py) ---------------------------
@@ -46,31 +54,34 @@ def test_a_store_evicts_least_recent_others_or_changes_nothing() -> None:
     assert list(cpu.blocks) == [2, 3, 7] and cpu.failed_stores == 1
 
 
-# ---- the allocator ----------------------------------------------------------------------------
+# ---- the connector behind the paged allocator --------------------------------------------------
 def test_gpu_eviction_then_cpu_hit_loads_into_fresh_blocks() -> None:
     """A's 3 full blocks are written through; B's prompt evicts them from the GPU; C (A's prompt)
     misses on the GPU and loads them from the CPU tier: 3 fresh blocks + 1 for its last tokens."""
-    kv = OffloadingAllocator(9, 4, cpu_blocks=6)    # 8 usable GPU blocks of 4 tokens
+    kv, off = offloaded(9, 4, cpu_blocks=6)         # 8 usable GPU blocks of 4 tokens
     a = req(0, 13)
     assert kv.allocate(a, 13)
-    assert kv.cpu.stored_blocks == 3 and a.kv.num_offered == 3
+    assert off.cpu.stored_blocks == 3 and off.offered[a.uid] == 3
     kv.free(a)
     b = req(1, 32, base=1000)                       # 8 blocks: evicts a's cached blocks on the GPU
     assert kv.allocate(b, 32) and kv.evictions == 3
-    assert kv.cpu.failed_stores == 1                # 8 new blocks > a CPU tier of 6: not stored
+    assert off.cpu.failed_stores == 1               # 8 new blocks > a CPU tier of 6: not stored
     kv.free(b)
     c = req(2, 13)
     hits = kv.get_computed_blocks(c)
-    assert hits == [CPU_HIT] * 3                    # capped at 12 of 13 tokens, all from the CPU
-    assert kv.blocks_needed(c, 13, hits) == 4 and kv.can_allocate(c, 1, hits) == 4
-    assert kv.allocate(c, 1, hits)
-    assert kv.loaded_blocks == 3 and kv.hit_tokens == 12 and len(c.kv.blocks) == 4
-    assert c.kv.num_offered == 3                    # the loaded blocks are not stored again
+    assert hits == []                               # nothing on the GPU
+    assert off.get_num_new_matched_tokens(c, 0) == (12, False)  # capped at 12 of 13 tokens: CPU
+    assert kv.blocks_needed(c, 13, hits) == 4 and kv.can_allocate(c, 1 + 12, hits) == 4
+    assert kv.allocate(c, 1 + 12, hits)
+    off.update_state_after_alloc(c, kv.num_held_blocks(c), 12)
+    assert off.loaded_blocks == 3 and off.hit_tokens == 12 and len(c.kv.blocks) == 4
+    assert off.offered[c.uid] == 3                  # the loaded blocks are not stored again
     kv.check([c])
+    assert off.request_finished(c, 4) == (False, None) and c.uid not in off.offered
 
 
 def test_gpu_hits_come_first_and_the_cpu_continues_them() -> None:
-    kv = OffloadingAllocator(12, 4, cpu_blocks=16)
+    kv, off = offloaded(12, 4, cpu_blocks=16)
     a = req(0, 17)
     assert kv.allocate(a, 17)
     blocks = list(a.kv.blocks)
@@ -78,20 +89,24 @@ def test_gpu_hits_come_first_and_the_cpu_continues_them() -> None:
     for j in (2, 3):                                # drop blocks 2, 3 from the GPU cache only
         del kv.pool.cache[a.kv.hashes[j]]
         kv.pool.block_hash[blocks[j]] = None
-    assert kv.get_computed_blocks(req(1, 17)) == [blocks[0], blocks[1], CPU_HIT, CPU_HIT]
+    b = req(1, 17)
+    assert kv.get_computed_blocks(b) == [blocks[0], blocks[1]]
+    assert off.get_num_new_matched_tokens(b, 2 * 4) == (2 * 4, False)   # blocks 2, 3 from the CPU
 
 
 def test_cpu_hits_stop_below_the_last_token_too() -> None:
     """vLLM loads every full block and recomputes only the last token; kvsim keeps the GPU
     rule's cap (num_tokens - 1 in whole blocks) for both tiers."""
-    kv = OffloadingAllocator(20, 4, cpu_blocks=16)
+    kv, off = offloaded(20, 4, cpu_blocks=16)
     a = req(0, 8)
     assert kv.allocate(a, 8)                        # 2 full blocks, on the GPU and in the CPU tier
     blocks = list(a.kv.blocks)
     kv.free(a)
     del kv.pool.cache[a.kv.hashes[0]]
     kv.pool.block_hash[blocks[0]] = None
-    assert kv.get_computed_blocks(req(1, 8)) == [CPU_HIT]     # block 1 would reach token 7
+    b = req(1, 8)
+    assert kv.get_computed_blocks(b) == []
+    assert off.get_num_new_matched_tokens(b, 0) == (4, False)    # block 1 would reach token 7
 
 
 # ---- whole runs -------------------------------------------------------------------------------
@@ -195,12 +210,9 @@ def test_cli_flag_reports_the_tiers(tmp_path) -> None:
 def test_fast_forward_identical_with_shared_prefixes_on_mooncake() -> None:
     """Mooncake conversations share prompt prefixes (hash_ids): CPU hits across requests, not only
     a resumed request's own blocks; fast-forward still equals --exact-steps."""
-    from tests.conftest import MOONCAKE_CONV
-    from workloads import load_trace
+    from tests.helpers import mooncake_slice
 
-    tr = load_trace(MOONCAKE_CONV)
-    df = tr.df[tr.df["prompt_tokens"] < 8000].head(80).reset_index(drop=True)
-    tr = make_trace(df.to_dict("records"))
+    tr = mooncake_slice(80, 8000)
     kw = dict(gpu="h200", num_gpu_blocks=700, max_model_len=8192, kv_offloading_size=32.0)
     ff = simulate(make_config(**kw), tr, check=True)
     ex = simulate(make_config(exact_steps=True, **kw), tr)

@@ -95,7 +95,8 @@ def test_deepseek_v3_fp8_weights_and_tp_check() -> None:
 # ------------------------------------------------------------------ hybrid sliding window
 
 def test_gemma_3_27b_hybrid_groups_blocks_and_concurrency() -> None:
-    b = budget_for(make_config(model="gemma-3-27b", gpu="h100", kv_memory="40GiB", max_model_len=32768))
+    b = budget_for(make_config(model="gemma-3-27b", gpu="h100", kv_memory="40GiB", max_model_len=32768,
+                               usage_context="llm-class"))  # LLM(...): 16,384 batched tokens
     page = 16 * 2 * 16 * 128 * 2                              # B x (K,V) x kv heads x head_dim x bf16
     assert page == 131_072
     assert b.bytes_per_token == 62 * 2 * 16 * 128 * 2 == 507_904   # every layer as if full
@@ -125,7 +126,7 @@ def test_gpt_oss_120b_mxfp4_weights_fit_one_h100_and_its_two_groups() -> None:
     # model card: 114.71B MoE weights at 4.25 bits, the other 2.12B in bf16
     assert m.weight_bytes == pytest.approx(114.71e9 * 4.25 / 8 + (116.83e9 - 114.71e9) * 2, abs=1024)
     assert 60.6 < m.weight_bytes / GiB < 60.8                              # published checkpoint: 60.8 GiB
-    b = budget_for(make_config(model="gpt-oss-120b", gpu="h100", kv_memory="10GiB"))
+    b = budget_for(make_config(model="gpt-oss-120b", gpu="h100", kv_memory="10GiB", usage_context="llm-class"))
     page = 16 * 2 * 8 * 64 * 2                                 # 32,768 B
     assert (b.layers_per_block, b.num_kv_cache_groups) == (18, 2)          # 18 sliding = 18 full
     assert b.bytes_per_block == 18 * page == 589_824
@@ -141,7 +142,7 @@ def test_gpt_oss_120b_mxfp4_weights_fit_one_h100_and_its_two_groups() -> None:
 
 
 def test_llama_4_scout_chunked_local_groups() -> None:
-    b = budget_for(make_config(model="llama-4-scout", gpu="h100", tensor_parallel_size=4, kv_memory="20GiB",
+    b = budget_for(make_config(model="llama-4-scout", gpu="h100", tensor_parallel_size=4, kv_memory="20GiB", usage_context="llm-class",
                                max_model_len=131072))
     page = 16 * 2 * (8 // 4) * 128 * 2                          # 16,384 B: KV heads split over TP 4
     assert (b.layers_per_block, b.num_kv_cache_groups) == (12, 4)          # 36 chunked -> 3 groups, 12 full
@@ -161,7 +162,7 @@ def test_qwen3_32b_is_plain_gqa() -> None:
 def test_hybrid_pool_too_small_names_the_largest_length_that_fits() -> None:
     # 9,225 blocks with the null block = 9,224 usable, one short of the 9,225 a 131,072-token request
     # holds. The sliding groups need 1033 at any length >= 16,511, leaving 8,191 full blocks = 131,056 tokens.
-    cfg = make_config(model="gpt-oss-120b", gpu="h100", num_gpu_blocks=9_225, max_model_len=131072)
+    cfg = make_config(model="gpt-oss-120b", gpu="h100", num_gpu_blocks=9_225, max_model_len=131072, usage_context="llm-class")
     with pytest.raises(ConfigError, match="largest max_model_len that fits is 131056"):
         budget_for(cfg)
 

@@ -10,11 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 import sim.cli.main as cli_main
+from tests.conftest import NO_DATA, SHARED_TRACES
 
-TRACES = Path("/work/shared/traces")
+TRACES = SHARED_TRACES
 CONV = TRACES / "azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
 MOON = TRACES / "mooncake_fast25/conversation_trace.jsonl"
-needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="shared traces not present")
+needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=NO_DATA)
 runner = CliRunner()
 cli_main._load()
 

@@ -16,13 +16,14 @@ import pytest
 from scipy.stats import spearmanr
 
 from sim.errors import ConfigError
+from tests.conftest import NO_DATA, SHARED_TRACES
 from workloads.gen import generate
 from workloads.gen.generate import load_spec, parse_spec
 from workloads.schema import validate
 
 Z = 5.0
-SHAREGPT = Path("/work/shared/traces/sarathi_length_stats/sharegpt_8k_filtered_stats_llama2_tokenizer.csv")
-AZURE_CONV = Path("/work/shared/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
+SHAREGPT = SHARED_TRACES / "sarathi_length_stats" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+AZURE_CONV = SHARED_TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 FIXED = {"prompt": {"kind": "fixed", "value": 100}, "output": {"kind": "fixed", "value": 10}}
 
 
@@ -94,7 +95,7 @@ def test_piecewise_step_rate_repeats() -> None:
     within(len(t) - low, 10 * 100 * 200, np.sqrt(10 * 100 * 200))
 
 
-@pytest.mark.skipif(not AZURE_CONV.is_file(), reason="shared traces not present")
+@pytest.mark.skipif(not AZURE_CONV.is_file(), reason=NO_DATA)
 def test_rate_taken_from_a_trace_per_minute() -> None:
     src = pd.read_csv(AZURE_CONV)
     t0 = pd.to_datetime(src["TIMESTAMP"].str.slice(0, 26))
@@ -157,7 +158,7 @@ def test_zipf_lengths() -> None:
     within(o.mean(), (k * pmf).sum(), np.sqrt((k**2 * pmf).sum() - (k * pmf).sum() ** 2) / np.sqrt(N))
 
 
-@pytest.mark.skipif(not SHAREGPT.is_file(), reason="shared traces not present")
+@pytest.mark.skipif(not SHAREGPT.is_file(), reason=NO_DATA)
 def test_empirical_lengths_from_a_trace() -> None:
     src = pd.read_csv(SHAREGPT)["num_prefill_tokens"].to_numpy()
     p = gen(num_requests=N, arrivals=ARR, prompt={"kind": "empirical", "path": str(SHAREGPT)})["prompt_tokens"]

@@ -1,20 +1,19 @@
-"""Every file in shared/traces read by its reader reproduces the README's reference figures."""
+"""Every trace file under $KVSIM_DATA/traces read by its reader reproduces the reference figures of its README."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from tests.conftest import NO_DATA, SHARED_TRACES
 from workloads import detect_format, load_trace
 from workloads.servegen import aggregate_rate, build_trace, mixture, pmf_stats, read_archive
 from workloads.stats import trace_stats
 
-TRACES = Path("/work/shared/traces")
-pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason="shared traces not present")
+TRACES = SHARED_TRACES
+pytestmark = pytest.mark.skipif(not TRACES.is_dir(), reason=NO_DATA)
 
 # file, format, rows, span_s, prompt (mean,p50,p90,p99,max,min), output (same), cv, peak/s,
-# per-minute (min,max) or None, prefix reuse or None  -- all from shared/traces/README.md
+# per-minute (min,max) or None, prefix reuse or None  -- all from $KVSIM_DATA/traces/README.md
 CASES = [
     ("azure_llm_2023/AzureLLMInferenceTrace_code.csv", "azure", 8819, 3435.9,
      (2047.8, 1469, 5187.6, 7436, 7437, 3), (27.9, 13, 55, 251.5, 1899, 6), 13.15, 67, (0.25, 10.5), None),

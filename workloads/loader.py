@@ -16,6 +16,7 @@ from sim.errors import TraceError
 from workloads.detect import HEAD_BYTES, content_problem, header_columns, nearest_format
 from workloads.readers import azure, burstgpt, lengths, mooncake, normalized, vidur
 from workloads.readers.base import ReadContext, Reader, ReadOptions
+from workloads.resolution import timestamp_resolution
 from workloads.rows import BadRows
 from workloads.schema import Trace, validate
 
@@ -132,5 +133,8 @@ def load_trace(path: str | Path, fmt: str | None = None, skip_bad: bool = False,
     notes = tuple(ctx.notes) + ((order_note,) if order_note else ())
     if ctx.bad.count:
         notes += (f"skipped {ctx.bad.count} bad rows",)
+    res = timestamp_resolution(df["arrival_s"].to_numpy())
+    if res is not None and res.coarse:
+        notes += (res.note(),)
     return Trace(df=df, path=str(p), format=reader.name, num_bad_rows=ctx.bad.count,
                  bad_rows=tuple(ctx.bad.messages), notes=notes)

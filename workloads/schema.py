@@ -34,6 +34,9 @@ import pandas as pd
 from sim.errors import TraceError
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
+#: what a "missing" error adds, so the user learns the schema from the error itself
+SCHEMA_HINT = ("the normalized schema needs arrival_s, prompt_tokens, output_tokens; optional: request_id, "
+               "hash_ids, tokens_per_hash, prompt_token_ids, priority, n, beam_width (README: Trace schema)")
 OPTIONAL_INT = ("tokens_per_hash", "priority", "n", "beam_width")
 OPTIONAL_LIST = ("hash_ids", "prompt_token_ids")
 COLUMNS = (*REQUIRED, "request_id", *OPTIONAL_LIST, *OPTIONAL_INT)
@@ -95,7 +98,7 @@ def validate(df: pd.DataFrame, path: str) -> pd.DataFrame:
     """
     for col in REQUIRED:
         if col not in df.columns:
-            raise TraceError(path, None, col, "missing required column")
+            raise TraceError(path, None, col, f"missing required column ({SCHEMA_HINT})")
     df = df.reset_index(drop=True)
     for col in ("arrival_s", *REQUIRED[1:], *[c for c in OPTIONAL_INT if c in df.columns]):
         if col in OPTIONAL_DEFAULTS:

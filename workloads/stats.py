@@ -1,7 +1,7 @@
 """Summary statistics of a trace: what ``kvsim trace info`` prints.
 
-Definitions follow ``shared/traces/README.md``: percentiles interpolate linearly; the mean
-rate is rows / (last - first arrival); the inter-arrival CV is std/mean of the gaps (ddof=0);
+Definitions follow the public traces' README (``$KVSIM_DATA/traces/README.md``): percentiles
+interpolate linearly; the mean rate is rows / (last - first arrival); the inter-arrival CV is std/mean of the gaps (ddof=0);
 per-second and per-minute counts use bins aligned to the first arrival (the per-minute
 min/max are over non-empty minutes; the last, partial minute counts as a full one); prefix reuse is the
 share of block references whose hash id appeared in an earlier request (unbounded cache).
@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from workloads.resolution import timestamp_resolution
 
 PCTS = (50, 90, 99)
 
@@ -64,6 +66,9 @@ def trace_stats(df: pd.DataFrame) -> dict[str, Any]:
     """All of the above for a normalized trace frame (sorted by arrival)."""
     out: dict[str, Any] = {"num_requests": len(df)}
     out.update(arrival_stats(df["arrival_s"].to_numpy()))
+    res = timestamp_resolution(df["arrival_s"].to_numpy())
+    if res is not None:
+        out["timestamps"] = {"equal_share": res.equal_share, "granularity_s": res.granularity_s, "coarse": res.coarse}
     out["prompt_tokens"] = length_stats(df["prompt_tokens"].to_numpy())
     out["output_tokens"] = length_stats(df["output_tokens"].to_numpy())
     if "hash_ids" in df.columns:

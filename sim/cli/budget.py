@@ -11,28 +11,26 @@ from rich.table import Table
 
 from sim.cli import options as o
 from sim.cli.notices import check_block_sizes
+from sim.config.schema import SimConfig
 from sim.kv.base import cdiv
 from sim.memory.budget import budget_for
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @o.simulate_flags
     def budget(
         as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
         request_tokens: Annotated[int | None, typer.Option("--request-tokens", min=1, help="Also show the blocks one request of this length holds.")] = None,
-        config: o.ConfigFile = None, model: o.Model = None, gpu: o.Gpu = None,
-        tensor_parallel_size: o.TP = None, gpu_memory_utilization: o.GMU = None, block_size: o.BS = None,
-        max_num_seqs: o.MNS = None, max_num_batched_tokens: o.MNBT = None, max_model_len: o.MML = None,
-        num_gpu_blocks: o.NGB = None, kv_memory: o.KVM = None, preset: o.Preset = None,
-        kv_cache_memory_bytes: o.KVMB = None, kv_cache_dtype: o.KVCD = None,
-        disable_hybrid_kv_cache_manager: o.DHKV = None,
+        *, cfg: SimConfig,
     ) -> None:
-        """KV bytes per token and per block, the number of blocks, and vLLM's log lines."""
-        flags = {k: v for k, v in locals().items() if k not in ("as_json", "request_tokens", "config")}
-        cfg = o.build_config(config, **flags)
+        """KV bytes per token and per block, the number of blocks, and vLLM's log lines.
+
+        Takes every simulate flag (and a pasted `vllm serve` line), so one config answers both;
+        the flags that do not change the budget (policy, cost model, ...) are accepted and unused."""
         check_block_sizes([cfg.block_size])
         b = budget_for(cfg)
-        d = b.as_dict()
+        d = {**b.as_dict(), "usage_context": cfg.usage_context}
         if request_tokens:
             nb = cdiv(request_tokens, b.block_size)
             d["request"] = {"tokens": request_tokens, "blocks": nb, "unused_slots": nb * b.block_size - request_tokens}
@@ -53,7 +51,8 @@ def register(app: typer.Typer) -> None:
             ("KV memory", f"{b.available_kv_bytes / gib:.2f} GiB ({b.source})"),
             ("num_gpu_blocks (incl. null block)" if b.null_block else "num_gpu_blocks", f"{b.num_gpu_blocks:,}"),
             ("token slots", f"{b.usable_blocks * b.block_size:,}"),
-            ("max_num_seqs / max_num_batched_tokens", f"{b.max_num_seqs} / {b.max_num_batched_tokens}"),
+            (f"max_num_seqs / max_num_batched_tokens ({cfg.usage_context} defaults)",
+             f"{b.max_num_seqs} / {b.max_num_batched_tokens}"),
         ]:
             t.add_row(k, v)
         if request_tokens:

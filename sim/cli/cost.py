@@ -20,7 +20,7 @@ def _group() -> None:
 def predict(
     model: Annotated[str, typer.Option("--model", help="Catalog name or HF config.json.")] = "llama-3.1-8b",
     gpu: Annotated[str, typer.Option("--gpu", help="Catalog GPU, e.g. h100, a100-80gb.")] = "h100",
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
+    tp: Annotated[int, typer.Option("--tp", "-tp", "--tensor-parallel-size", help="Tensor-parallel degree.")] = 1,
     prefill_tokens: Annotated[int, typer.Option("--prefill-tokens", help="Tokens of each prompt (a prefill step).")] = 0,
     batch: Annotated[int, typer.Option("--batch", help="Prompts (prefill) or decoding sequences in the step.")] = 1,
     context: Annotated[int, typer.Option("--context", help="Decode: KV tokens each sequence attends to; "
@@ -34,8 +34,15 @@ def predict(
 ) -> None:
     """Predict one step: B prompts of P tokens (--prefill-tokens P --batch B) or B decodes at
     context C (--decode --batch B --context C)."""
+    from sim.config.schema import make_config
     from sim.cost.predict import predict_step
+    from sim.errors import ConfigError
+    from sim.memory.budget import budget_for
 
+    try:  # a step time for a shape vLLM could not start would answer a question nobody can ask
+        budget_for(make_config("flags", model=model, gpu=gpu, tensor_parallel_size=tp, block_size=block_size or 16))
+    except ConfigError as e:
+        raise ConfigError(f"cost predict: {model} on {tp}x {gpu} cannot run ({e})") from None
     p = predict_step(model, gpu, tp, prefill_tokens=prefill_tokens, batch=batch, context=context,
                      decode=decode, block_size=block_size, cost_model=cost_model,
                      serving_stack=serving_stack, calibration=calibration)

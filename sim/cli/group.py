@@ -20,6 +20,7 @@ Because this is the group's ``main``, typer's ``CliRunner`` sees exactly what a 
 from __future__ import annotations
 
 import errno
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -57,12 +58,25 @@ def usage_message(e: cx.UsageError) -> str:
     return f"{where}: {e.format_message()} (see '{where} --help')"
 
 
+def vllm_tail(args: list[str]) -> list[str]:
+    """``... -- vllm serve MODEL --flags`` -> ``... --vllm-args 'vllm serve MODEL --flags'``: a pasted
+    line after ``--`` is taken whole (sim.config.vllm_args parses it)."""
+    if "--" not in args:
+        return args
+    i = args.index("--")
+    rest = args[i + 1:]
+    if not rest or rest[0] not in ("vllm", "serve"):
+        return args
+    return [*args[:i], "--vllm-args", shlex.join(rest)]
+
+
 class KvsimGroup(TyperGroup):
     """:class:`typer.core.TyperGroup` whose ``main`` prints user errors as one line."""
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
              windows_expand_args: bool = True, **extra: Any) -> Any:
+        args = vllm_tail(list(sys.argv[1:] if args is None else args))
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         try:

@@ -7,6 +7,7 @@ take a few, named one by one.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 from collections.abc import Callable
@@ -16,7 +17,8 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from sim.config.aliases import VLLM_ALIASES
-from sim.config.schema import SimConfig, load_config_yaml, make_config
+from sim.config.schema import SimConfig, load_config_yaml, make_config, read_yaml
+from sim.errors import ConfigError
 
 # flag -> typer Option. None defaults mean "unset": the config file or the preset decides.
 Model = Annotated[str | None, typer.Option("--model", help="Catalog name (llama-3.1-8b, ...) or a HF config.json path.")]
@@ -28,8 +30,11 @@ _BY_GPU = "vLLM's default by GPU: {big} on GPUs of >= 70 GB other than A100, els
 MNS = Annotated[int | None, typer.Option("--max-num-seqs", help="Most requests running in one step ("
                                          + _BY_GPU.format(big="1,024", small="256") + ").")]
 MNBT = Annotated[int | None, typer.Option("--max-num-batched-tokens", help="Tokens one step may process, prompt chunks "
-                                          "and decodes together (" + _BY_GPU.format(big="16,384", small="8,192")
-                                          + "; without chunked prefill at least --max-model-len).")]
+                                          "and decodes together (vllm serve's default by GPU: 8,192 on GPUs of >= 70 GB "
+                                          "other than A100, 16,384 at >= 160 GB, else 2,048; --usage-context llm-class: "
+                                          "16,384 / 8,192; without chunked prefill at least --max-model-len).")]
+UCtx = Annotated[str | None, typer.Option("--usage-context", help="Whose batch defaults: openai-server (`vllm serve`, "
+                                          "default) | llm-class (vLLM's offline LLM(...) class).")]
 MML = Annotated[int | None, typer.Option("--max-model-len", help="Longest request in tokens, prompt + output (default: "
                                          "the model's context length, e.g. 131,072 for llama-3.1-8b; more is refused).")]
 EPC = Annotated[bool | None, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching",
@@ -64,12 +69,22 @@ SpecM = Annotated[str | None, typer.Option("--speculative-method", help="ngram |
 SpecA = Annotated[float | None, typer.Option("--spec-acceptance-rate", help="Probability that a draft token is accepted "
                                              "(kvsim's knob, default 0.7; drawn from --seed).")]
 Exact = Annotated[bool | None, typer.Option("--exact-steps/--fast-forward", help="Step one at a time (slower; identical results).")]
+Jitter = Annotated[bool | None, typer.Option("--arrival-jitter/--no-arrival-jitter", help="Spread each group of equal "
+                                            "timestamps of a coarse trace (e.g. Mooncake's) uniformly over its resolution, "
+                                            "seeded (default: on; `kvsim trace info` shows the resolution).")]
+RateScale = Annotated[float | None, typer.Option("--rate-scale", help="Multiply the trace's arrival rate (2 = twice as "
+                                               "many requests per second; default 1).")]
+TotalRate = Annotated[float | None, typer.Option("--total-rate", help="Rescale the trace's arrivals to this mean rate, "
+                                               "req/s over its span (ServeGen archives otherwise run at their published rate).")]
+VllmArgs = Annotated[str | None, typer.Option("--vllm-args", help="A pasted `vllm serve ...` line (quoted), or put it after "
+                                              "`--` at the end. Its flags under vLLM's names; server-only ones are ignored "
+                                              "and listed; kvsim's own flags win over it.")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="YAML file with the same keys as the flags.")]
 
 
 #: ``--config`` and every simulate flag, in help order: parameter name -> typer annotation.
 SIMULATE_FLAGS: dict[str, Any] = {
-    "config": ConfigFile, "model": Model, "gpu": Gpu, "tensor_parallel_size": TP,
+    "config": ConfigFile, "vllm_args": VllmArgs, "model": Model, "gpu": Gpu, "tensor_parallel_size": TP,
     "gpu_memory_utilization": GMU, "block_size": BS, "max_num_seqs": MNS,
     "max_num_batched_tokens": MNBT, "max_model_len": MML, "enable_prefix_caching": EPC,
     "allocator": Alloc, "reservation": Res, "preemption": Pre, "swap_space": Swap,
@@ -77,7 +92,7 @@ SIMULATE_FLAGS: dict[str, Any] = {
     "kv_memory": KVM, "kv_cache_memory_bytes": KVMB, "kv_cache_dtype": KVCD,
     "disable_hybrid_kv_cache_manager": DHKV, "kv_offloading_size": KVOS, "preset": Preset, "policy": Policy, "victim": Victim,
     "chunked_prefill": ECP, "async_scheduling": Async, "num_speculative_tokens": NST, "speculative_method": SpecM,
-    "spec_acceptance_rate": SpecA, "exact_steps": Exact,
+    "spec_acceptance_rate": SpecA, "rate_scale": RateScale, "total_rate": TotalRate, "usage_context": UCtx, "arrival_jitter": Jitter, "exact_steps": Exact,
 }
 R = TypeVar("R")
 
@@ -104,12 +119,72 @@ def simulate_flags(fn: Callable[..., R]) -> Callable[..., R]:
     return command
 
 
-def build_config(config: Path | None, **flags: Any) -> SimConfig:
-    """Merge a YAML config (if given) with flags set on the command line (flags win)."""
+def config_keys(config: Path | None, vllm_args: str | None = None, **flags: Any) -> dict[str, Any]:
+    """The config keys of a YAML file, then a pasted ``vllm serve`` line, then flags (each wins
+    over the one before). Ignored server-only flags of the line are listed on stderr."""
+    if config:
+        check_config_file(config)
     base = load_config_yaml(config) if config else {}
-    given = {k: v for k, v in flags.items() if v is not None}
-    for k in given:  # a flag wins over the file's value, whichever spelling (kvsim's or vLLM's) each uses
+    if vllm_args:
+        from sim.config.vllm_args import parse_vllm_serve
+
+        line = parse_vllm_serve(vllm_args)
+        if msg := line.ignored_line():
+            typer.echo(msg, err=True)
+        base = _merge(base, line.config)
+    return _merge(base, {k: v for k, v in flags.items() if v is not None})
+
+
+def check_config_file(path: Path) -> None:
+    """Refuse an empty ``--config`` (a typo'd path to an empty file would silently run defaults)
+    and name the nearest valid key for an unknown one."""
+    data = read_yaml(path)
+    if data is None or data == {}:
+        raise ConfigError(f"{path}: the config is empty; give at least one simulate option "
+                          "(e.g. `model: llama-3.1-8b`), or drop --config")
+    if not isinstance(data, dict):
+        return  # load_config_yaml says what is wrong
+    valid = [*SimConfig.model_fields, *VLLM_ALIASES]
+    for key in data:
+        k = str(key).replace("-", "_")
+        if k not in valid:
+            near = difflib.get_close_matches(k, valid, n=1, cutoff=0.6)
+            hint = f"; did you mean '{near[0]}'?" if near else f" (valid: {', '.join(SimConfig.model_fields)})"
+            raise ConfigError(f"{path}: unknown key '{key}'{hint}")
+
+
+def _merge(base: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    base = dict(base)
+    for k in given:  # a later value wins, whichever spelling (kvsim's or vLLM's) each uses
         for same in {VLLM_ALIASES.get(k, k), *(a for a, n in VLLM_ALIASES.items() if k in (a, n))}:
             base.pop(same, None)
     base.update(given)
+    return base
+
+
+def more_simulate_flags(skip: frozenset[str] = frozenset()) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Give a command every simulate flag it does not declare itself (nor lists in ``skip``, for
+    flags it spells its own way); ``fn`` receives those as ``sim_flags`` (name -> value or None)."""
+    def wrap(fn: Callable[..., R]) -> Callable[..., R]:
+        sig = inspect.signature(fn, eval_str=True)
+        extra = {k: a for k, a in SIMULATE_FLAGS.items() if k not in sig.parameters and k not in skip}
+        params = [*(p for n, p in sig.parameters.items() if n != "sim_flags"),
+                  *(inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=a)
+                    for k, a in extra.items())]
+
+        @functools.wraps(fn)
+        def command(**kw: Any) -> R:
+            flags = {k: kw.pop(k) for k in list(kw) if k in extra}
+            return fn(**kw, sim_flags=flags)
+
+        command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params} | {"return": sig.return_annotation}
+        return command
+    return wrap
+
+
+def build_config(config: Path | None, vllm_args: str | None = None, **flags: Any) -> SimConfig:
+    """Merge a YAML config (if given), a ``vllm serve`` line and flags set on the command line (flags win)."""
+    base = config_keys(config, vllm_args, **flags)
     return make_config(str(config) if config else "flags", **base)
+

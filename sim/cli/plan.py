@@ -13,10 +13,10 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sim.cli import options as o
+from sim.cli.progress import progress
 from sim.cluster.router import POLICIES
 from sim.cluster.slo import QUANTILES, Slo, SloTarget
 from sim.errors import ConfigError
@@ -71,7 +71,8 @@ def build_slo(values: dict[str, float | None], attainment: float | None) -> Slo:
 def rich_table(plan: Plan) -> Table:
     d = plan.demand
     t = Table(title=f"kvsim plan | peak {d.peak_qps:.1f} QPS (mean {d.mean_qps:.1f}) | {plan.spec.slo.describe()}")
-    for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("replicas (GPUs) [band edge]", "right"), ("SLO", "center"),
+    for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("knobs", "left"), ("replicas (GPUs) [band edge]", "right"),
+                 ("SLO", "center"),
                  ("attain LCB", "right"), ("QPS/replica (95% CI)", "right"), ("headroom", "right"),
                  ("$/h", "right"), ("$/1M out", "right"), ("$/day", "right"), ("KV util", "right"),
                  ("preempt/1k", "right"), ("binding", "left")):
@@ -79,15 +80,14 @@ def rich_table(plan: Plan) -> Table:
     for i, r in plan.table.iterrows():
         ok = bool(r["slo_pass"])
         price_flag = "*" if r["price_unverified"] else ""
-        knobs = "" if r["knobs"] == "defaults" else f" [{r['knobs']}]"
         t.add_row(
-            str(int(i) + 1), f"{r['gpu']}{knobs}", str(r["tp"]),  # type: ignore[call-overload]
+            str(int(i) + 1), str(r["gpu"]), str(r["tp"]), str(r["knobs"]),  # type: ignore[call-overload]
             "infeasible" if INFEASIBLE in str(r["note"]) else f"{r['replicas']} ({r['gpus']})"
             + (f" [{r['replicas_pessimistic']}]" if r.get("replicas_pessimistic", pd.NA) is not pd.NA else ""),
             ("yes" if r["validated"] else "yes (math)") if ok else "no",
             f"{100 * r['attainment_lower']:.2f}%" if r["attainment_lower"] == r["attainment_lower"] else "-",
             f"{r['max_qps_per_replica']:.1f} ({r['qps_ci_low']:.1f}–{r['qps_ci_high']:.1f})",
-            f"{r['headroom_pct']:.0f}%" if r["headroom_pct"] == r["headroom_pct"] else "-",
+            (f"{r['headroom_pct']:.0f}%" + ("*" if r["headroom_pct"] < 0 else "")) if r["headroom_pct"] == r["headroom_pct"] else "-",
             f"{r['cost_per_hour']:,.2f}{price_flag}" if r["cost_per_hour"] == r["cost_per_hour"] else "-",
             f"{r['cost_per_1m_out_tokens']:.3f}" if r["cost_per_1m_out_tokens"] == r["cost_per_1m_out_tokens"] else "-",
             f"{r['cost_per_day']:,.0f}" if r["cost_per_day"] == r["cost_per_day"] else "-",
@@ -125,12 +125,13 @@ def _check(args: dict[str, Any]) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @o.more_simulate_flags(skip=frozenset({"tensor_parallel_size", "total_rate"}))
     def plan(
         trace: Annotated[Path, typer.Argument(help="Trace file (any format kvsim reads).")],
-        model: Annotated[str, typer.Option("--model", help="Catalog name or HF config.json.")] = "llama-3.1-8b",
+        model: Annotated[str | None, typer.Option("--model", help="Catalog name, HF id or config.json (default llama-3.1-8b).")] = None,
         gpu: Annotated[str, typer.Option("--gpu", help="Comma-separated catalog GPUs, e.g. h100,a100-80gb,l40s.")] = "h100",
-        tp: Annotated[str, typer.Option("--tp", "--tensor-parallel-size", "-tp",
-                                        help="Comma-separated tensor-parallel degrees, e.g. 1,2.")] = "1",
+        tp: Annotated[str | None, typer.Option("--tp", "--tensor-parallel-size", "-tp",
+                                               help="Comma-separated tensor-parallel degrees, e.g. 1,2 (default 1).")] = None,
         slo_ttft_p50: SloTtftP50 = None, slo_ttft_p90: SloTtftP90 = None, slo_ttft_p99: SloTtftP99 = None,
         slo_tpot_p50: SloTpotP50 = None, slo_tpot_p90: SloTpotP90 = None, slo_tpot_p99: SloTpotP99 = None,
         slo_e2e_p50: SloE2eP50 = None, slo_e2e_p90: SloE2eP90 = None, slo_e2e_p99: SloE2eP99 = None,
@@ -139,7 +140,8 @@ def register(app: typer.Typer) -> None:
         address: Annotated[str | None, typer.Option(help="Ray cluster address (with --backend ray).")] = None,
         workers: Annotated[int, typer.Option(help="Parallel workers (local) / CPUs of a local Ray.")] = os.cpu_count() or 1,
         rate_scale: Annotated[float | None, typer.Option(help="Multiply the trace's arrival rate.")] = None,
-        target_qps: Annotated[float | None, typer.Option(help="Rescale the trace to this mean QPS.")] = None,
+        target_qps: Annotated[float | None, typer.Option("--target-qps", "--total-rate",
+                                                         help="Rescale the trace to this mean QPS (req/s).")] = None,
         prices: Annotated[Path | None, typer.Option(help="YAML of $/GPU-hour overrides.")] = None,
         price_point: Annotated[str, typer.Option(help="low | typical | high catalog price.")] = "typical",
         n_plus_k: Annotated[int, typer.Option(help="Spare replicas for failures (N+k).")] = 0,
@@ -165,8 +167,18 @@ def register(app: typer.Typer) -> None:
         max_model_len: o.MML = None, enable_prefix_caching: o.EPC = None,
         format: Annotated[str | None, typer.Option("--format", help="Trace format override.")] = None,
         out: Annotated[Path | None, typer.Option(help="Bundle directory (default reports/plan-<id>/).")] = None,
+        *, sim_flags: dict[str, Any],
     ) -> None:
-        """Find the cheapest fleet (GPU, TP, replicas, knobs) that meets the SLOs on TRACE."""
+        """Find the cheapest fleet (GPU, TP, replicas, knobs) that meets the SLOs on TRACE.
+
+        Every simulate flag (--kv-cache-dtype, --config, offload, async, spec decode, a pasted
+        `vllm serve` line after `--`) sets the replicas' config; --gpu, --tp and the knob flags
+        take comma-separated values to search."""
+        common = o.config_keys(**sim_flags)  # --config, then the vllm serve line, then flags
+        model = model or common.pop("model", None) or "llama-3.1-8b"
+        tp = tp or str(common.pop("tensor_parallel_size", 1))
+        common.pop("model", None)
+        common.pop("tensor_parallel_size", None)
         args = dict(locals())
         _check(args)
         slo = build_slo({k.removeprefix("slo_"): v for k, v in args.items() if k.startswith("slo_")}, attainment)
@@ -183,7 +195,7 @@ def register(app: typer.Typer) -> None:
         kinds = {"gpu_memory_utilization": float, "block_size": int, "max_num_seqs": int,
                  "max_num_batched_tokens": int, "allocator": str, "preemption": str}
         knobs = {k: _list(args[k], kinds[k], "--" + k.replace("_", "-")) for k in KNOBS if args[k]}
-        base = {k: v for k, v in dict(model=model, cost_model=cost_model, calibration=calibration,
+        base = common | {k: v for k, v in dict(model=model, cost_model=cost_model, calibration=calibration,
                                       serving_stack=serving_stack, preset=preset,
                                       max_model_len=max_model_len, enable_prefix_caching=enable_prefix_caching).items()
                 if v is not None}
@@ -203,18 +215,12 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=True)
         t0 = time.perf_counter()
         tr = load_trace(trace, fmt=format)
+        from sim.cli.notices import check_servegen_rate
+        check_servegen_rate(tr, rate_scale or 1.0, target_qps)
         inputs = _inputs(args, spec, tr, sha256(Path(tr.path)), versions(backend), len(cands))
         out_dir = out or Path("reports") / f"plan-{_plan_id(inputs)}"
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console, transient=True) as prog:
-            tasks: dict[str, Any] = {}
-
-            def progress(stage: str, done: int, total: int) -> None:
-                if stage not in tasks:
-                    tasks[stage] = prog.add_task(stage, total=total)
-                prog.update(tasks[stage], completed=done)
-
-            result = run_plan(tr.df, spec, progress, band=band)
+        with progress(console) as prog:
+            result = run_plan(tr.df, spec, prog.update, band=band)
         wall = time.perf_counter() - t0
         inputs["demand"] = {k: round(v, 4) for k, v in vars_of(result.demand).items()}
         inputs["wall_s"] = round(wall, 1)
@@ -223,6 +229,9 @@ def register(app: typer.Typer) -> None:
             command += ["--out", str(out_dir)]
         paths = write_bundle(result, out_dir, inputs, command)
         Console(width=200).print(rich_table(result))
+        if (result.table.get("headroom_pct", pd.Series(dtype=float)) < 0).any():
+            console.print("* negative headroom: the routed replay passed with fewer replicas than peak / capacity "
+                          "(replicas share bursts behind the router); see Notes in plan.md", highlight=False)
         for i, r in result.table.iterrows():
             if INFEASIBLE in str(r["note"]):
                 console.print(f"#{int(i) + 1} {r['gpu']} tp{r['tp']}: {r['note']}", highlight=False)  # type: ignore[call-overload]

@@ -48,7 +48,7 @@ def _trace(path: Path | None, n: int | None) -> Trace:
     return dataclasses.replace(tr, df=tr.df.head(n).reset_index(drop=True)) if n else tr
 
 
-@app.command("memory")
+@app.command("memory", short_help="KV pool over time: categories, running/waiting, preemptions.")
 def memory(run: Annotated[Path, typer.Argument(help="A `kvsim simulate --out` directory.")],
            out: Out = Path("plots")) -> None:
     """KV pool over time: stacked categories, running/waiting counts and preemptions."""
@@ -56,7 +56,7 @@ def memory(run: Annotated[Path, typer.Argument(help="A `kvsim simulate --out` di
     _echo(save(memory_over_time(steps, info), out / "memory_over_time"))
 
 
-@app.command("breakdown")
+@app.command("breakdown", short_help="Stacked bars of time-averaged KV categories (paper Fig. 2).")
 def breakdown(runs: Annotated[list[Path] | None, typer.Argument(help="Run directories.")] = None,
               sweep: Annotated[Path | None, typer.Option("--sweep", help="A sweep.parquet instead of runs.")] = None,
               out: Out = Path("plots")) -> None:
@@ -80,7 +80,7 @@ def breakdown(runs: Annotated[list[Path] | None, typer.Argument(help="Run direct
     _echo(save(breakdown_bars(entries, info), out / "breakdown"))
 
 
-@app.command("heatmap")
+@app.command("heatmap", short_help="Heatmaps of sweep metrics over two keys, best cell under an SLO.")
 def heatmap(sweep: Annotated[Path, typer.Argument(help="sweep.parquet")],
             x: Annotated[str, typer.Option("--x", help="Sweep key on the x axis.")] = "block_size",
             y: Annotated[str, typer.Option("--y", help="Sweep key on the y axis.")] = "gpu_memory_utilization",
@@ -91,13 +91,17 @@ def heatmap(sweep: Annotated[Path, typer.Argument(help="sweep.parquet")],
     _echo(save(fig, out / f"heatmap_{x}_x_{y}"))
 
 
-@app.command("cdf")
-def cdf(runs: Runs, out: Out = Path("plots")) -> None:
+@app.command("cdf", short_help="Latency CDFs (TTFT, TPOT, E2E) comparing runs.")
+def cdf(runs: Runs, out: Out = Path("plots"),
+        slo: Annotated[list[str] | None, typer.Option("--slo", help="Draw a target, e.g. ttft_p99_s<=0.5 (repeatable).")] = None,
+        tail: Annotated[bool, typer.Option("--tail", help="Plot the tail (share slower than x, log scale): p99 readable.")] = False,
+        ) -> None:
     """Latency CDFs (TTFT, TPOT, E2E) comparing runs."""
     loaded = [read_run(r) for r in runs]
     infos = _labelled(runs, [i for i, _, _, _ in loaded])
-    _echo(save(latency_cdfs([(i, req) for i, (_, _, req, _) in zip(infos, loaded, strict=True)]),
-               out / "latency_cdf"))
+    fig = latency_cdfs([(i, req) for i, (_, _, req, _) in zip(infos, loaded, strict=True)],
+                       slo=parse_slo(slo or []), tail=tail)
+    _echo(save(fig, out / ("latency_tail" if tail else "latency_cdf")))
 
 
 def _labelled(runs: list[Path], infos: list[RunInfo]) -> list[RunInfo]:
@@ -126,7 +130,7 @@ def _small_cfg(flags: dict[str, Any], config: Path | None, pool_slots: int | Non
     return base
 
 
-@app.command("memmap")
+@app.command("memmap", short_help="Physical blocks/slots over time, paged vs slab, block tables.")
 def memmap(
     trace: TraceArg = None, out: Out = Path("plots"),
     requests: Annotated[int, typer.Option("--requests", min=1, help="Replay the first N requests.")] = 40,
@@ -155,7 +159,7 @@ def memmap(
     _echo(paths)
 
 
-@app.command("blocksize")
+@app.command("blocksize", short_help="Tail waste, block-table length and kernel time vs block_size.")
 def blocksize(
     trace: TraceArg = None, out: Out = Path("plots"),
     block_sizes: Annotated[str, typer.Option("--block-sizes", help="Comma-separated block sizes to compare, tokens.")] = "1,2,4,8,16,32,64,128,256",

@@ -10,16 +10,17 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from sim.cli import options as o
-from sim.cli.notices import check_block_sizes
+from sim.cli.notices import check_block_sizes, check_servegen_rate
+from sim.cli.progress import progress
 from sim.config.schema import SimConfig
 from sim.io import fmt
 from sim.run.simulate import SimResult
 from sim.run.simulate import simulate as run_simulation
 from workloads import load_trace
+from workloads.schema import Trace
 
 BUNDLED = "azure_conv_slice.csv"
 
@@ -28,7 +29,15 @@ def bundled_trace() -> Path:
     return Path(str(resources.files("workloads").joinpath("data", BUNDLED)))
 
 
-def summary_table(res: SimResult) -> Table:
+def has_prefix_info(trace: Trace) -> bool:
+    """Whether the trace can hit the prefix cache at all: token ids, prefix hashes or fanned-out samples."""
+    df = trace.df
+    fans = any(c in df and bool((df[c] > 1).any()) for c in ("n", "beam_width"))
+    return fans or any(c in df and bool(df[c].map(lambda v: v is not None and len(v) > 0).any())
+                       for c in ("hash_ids", "prompt_token_ids"))
+
+
+def summary_table(res: SimResult, prefix_info: bool = True) -> Table:
     s = res.summary
     t = Table(title=f"kvsim: {s.trace.path.split('/')[-1]} | {res.config.model} on {res.config.gpu} "
                     f"(tp={res.config.tensor_parallel_size}) | {s.cost_model}", show_header=True)
@@ -54,7 +63,8 @@ def summary_table(res: SimResult) -> Table:
     rows.append(("KV pool: token states / reserved / internal / external / free",
                  " / ".join(f"{100 * m[k]:.1f}%" for k in ("token_state", "reserved", "internal_frag", "external_frag", "free"))))
     rows.append(("preemptions", f"{s.preemptions:,} ({fmt.num(s.preemptions_per_1k)} per 1k req)"))
-    rows.append(("prefix cache hit rate", f"{100 * s.prefix_cache.hit_rate:.1f}%"))
+    rows.append(("prefix cache hit rate", f"{100 * s.prefix_cache.hit_rate:.1f}%" + (
+        "" if prefix_info else " (the trace has no prefix information: no hash_ids or prompt_token_ids)")))
     if s.kv_offload.cpu_blocks:  # --kv-offloading-size: the hit per tier
         o = s.kv_offload
         rows.append(("  of which GPU / CPU tier", f"{100 * o.gpu_hit_rate:.1f}% / {100 * o.cpu_hit_rate:.1f}% "
@@ -88,14 +98,12 @@ def register(app: typer.Typer) -> None:
         t0 = time.perf_counter()
         tr = load_trace(trace or bundled_trace(), fmt=format, skip_bad=skip_bad)
         load_s = time.perf_counter() - t0
+        check_servegen_rate(tr, cfg.rate_scale, cfg.total_rate)
         if tr.num_bad_rows:
             console.print(f"[yellow]skipped {tr.num_bad_rows} malformed row(s) in {tr.path}[/yellow]")
-        with Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.completed}/{task.total} requests"),
-                      TimeRemainingColumn(), console=console, transient=True,
-                      disable=tr.num_requests < 2000) as prog:
-            task = prog.add_task("sim", total=tr.num_requests)
+        with progress(console, "requests", enabled=tr.num_requests >= 2000) as prog:
             res = run_simulation(cfg, tr, check=check, load_s=load_s,
-                                 progress=lambda done, total: prog.update(task, completed=done))
+                                 progress=lambda done, total: prog.update("simulating", done, total))
         res.write(out)
-        Console().print(summary_table(res))
+        Console().print(summary_table(res, has_prefix_info(tr)))
         console.print(f"wrote {out}/requests.parquet, steps.parquet, summary.json")

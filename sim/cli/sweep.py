@@ -20,6 +20,7 @@ from rich.progress import (
 
 from sim.cli import options as o
 from sim.cli.notices import check_block_sizes
+from sim.cli.progress import Stages
 from sim.config.schema import SimConfig
 from sim.errors import ConfigError
 from sim.sweep import expand, load_grid_yaml, parse_sets, run_sweep
@@ -64,11 +65,15 @@ def register(app: typer.Typer) -> None:
         n_jobs = jobs or os.cpu_count() or 1
         with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("[red]{task.fields[failed]} failed"), TimeElapsedColumn(),
-                      TextColumn("ETA"), TimeRemainingColumn(), console=console) as prog:
+                      TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                      disable=not console.is_terminal) as prog:
             task = prog.add_task("sweep", total=len(points), failed=0)
+            plain = Stages(console, "points")  # not a terminal: a plain line every few seconds
 
             def tick(done: int, total: int, failed: int) -> None:
-                prog.update(task, completed=done, total=total, failed=failed)
+                prog.update(task, completed=min(done, total), total=max(total, done), failed=failed)
+                if not console.is_terminal:
+                    plain.update("sweep" + (f" ({failed} failed)" if failed else ""), done, total)
 
             res = run_sweep(points, out, backend=backend, jobs=n_jobs, address=address,
                             max_retries=max_retries, retry_failed=retry_failed, progress=tick)

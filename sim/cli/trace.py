@@ -60,6 +60,11 @@ def _print_human(s: dict[str, Any]) -> None:
     for col in ("prompt_tokens", "output_tokens"):
         d = s[col]
         typer.echo(f"  {col:<15} " + "  ".join(f"{q} {n(d[q])}" for q in ("mean", "p50", "p90", "p99", "min", "max")))
+    if "timestamps" in s:
+        ts = s["timestamps"]
+        typer.echo(f"  timestamps      {fmt.percent(ts['equal_share'])} of gaps are 0, distinct times "
+                   f"{fmt.duration(ts['granularity_s'])} apart (median)"
+                   + (": coarse, spread by simulate (--no-arrival-jitter: as-is)" if ts["coarse"] else ""))
     if "prefix_reuse" in s:
         typer.echo(f"  prefix reuse    {fmt.percent(s['prefix_reuse'])} of {s['block_refs']:,} block refs "
                    f"({s['unique_blocks']:,} unique, {s.get('tokens_per_hash', '?')} tokens/block)")

@@ -115,6 +115,10 @@ class SimConfig(BaseModel):
     enable_expert_parallel: bool = False            # vLLM --enable-expert-parallel: MoE experts whole per GPU
     step_time_scale: float = Field(1.0, gt=0)       # multiply every step time (kvsim plan's band edge; what-ifs)
     seed: int = Field(0, ge=0)
+    usage_context: Literal["openai-server", "llm-class"] = "openai-server"  # vLLM's batch defaults: vllm serve | LLM(...)
+    rate_scale: float = Field(1.0, gt=0)            # multiply the trace's arrival rate (arrivals / rate_scale)
+    total_rate: float | None = Field(None, gt=0)    # or rescale the trace to this mean req/s
+    arrival_jitter: bool = True                     # spread coarse timestamps (workloads/resolution.py)
     exact_steps: bool = False
 
     @model_validator(mode="before")
@@ -135,9 +139,14 @@ class SimConfig(BaseModel):
         return v
 
     def resolved(self, key: str) -> Any:
-        """A switch's value, falling back to the preset default."""
+        """A switch's value, falling back to the preset default (``victim``: the policy
+        ``--policy`` implies)."""
         v = getattr(self, key)
-        return PRESETS[self.preset][key] if v is None else v
+        if v is not None:
+            return v
+        if key == "victim":
+            return "priority" if self.policy == "priority" else "last"
+        return PRESETS[self.preset][key]
 
 
 def _fmt_validation(e: ValidationError, where: str) -> str:
@@ -149,6 +158,14 @@ def _fmt_validation(e: ValidationError, where: str) -> str:
 
 
 def make_config(where: str = "config", **kw: Any) -> SimConfig:
+    """A validated :class:`SimConfig` from keyword arguments, the Python form of the CLI flags.
+
+    Keys are the flag names with underscores (``make_config(model="meta-llama/Llama-3.1-8B-Instruct",
+    gpu="h100", max_num_seqs=128, kv_cache_dtype="fp8")``); vLLM's spellings
+    ``num_gpu_blocks_override`` and ``kv_cache_memory_bytes`` are accepted. Unset knobs keep their
+    preset's default (``preset="vllm-0.33"``). A bad value raises :class:`~sim.errors.ConfigError`
+    with one line naming the key; ``where`` says where the keys came from (a file name, "flags").
+    """
     try:
         return SimConfig(**kw)
     except ValidationError as e:

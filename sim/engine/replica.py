@@ -10,10 +10,10 @@ arrival OR a wake event that ``submit`` triggers; it never polls.
 After each exact step the loop hands over to :mod:`sim.engine.fastforward.window`, which applies runs of
 steps in bulk with bit-identical results (``exact_steps=True`` turns it off).
 
-Under async scheduling (vLLM's GPU default, :mod:`sim.sched.async_scheduler`) the loop is
-:meth:`Replica._loop_async`: while step k runs, step k+1 is planned from the arrivals received
-when step k started and the outputs of steps up to k-1; step k's output lands when it ends, and
-step k+1 starts then. Its fast-forward is :mod:`sim.engine.fastforward.async_window`.
+One loop serves sync and async scheduling (vLLM's GPU default, :mod:`sim.sched.async_scheduler`):
+under async scheduling step k+1 is planned, while step k runs, from the arrivals received when
+step k started and the outputs of steps up to k-1; step k's output lands when it ends, and step
+k+1 starts then. :mod:`sim.engine.fastforward.ordering` names the difference.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import simpy
 
-from sim.engine.fastforward.async_window import fast_forward_async
+from sim.engine.fastforward.ordering import order_of
 from sim.engine.fastforward.window import fast_forward
 from sim.engine.step import InFlight, StepKernel
 from sim.io.records import StepLog
@@ -62,7 +62,7 @@ class Replica:
         self._cursor = 0
         self._router_next: Callable[[], float] | None = None
         self._wake: simpy.Event | None = None
-        self.process = env.process(self._loop_async() if kernel.sched.async_scheduling else self._loop())
+        self.process = env.process(self._loop())
 
     # ---- views --------------------------------------------------------------------------------
     @property
@@ -143,40 +143,16 @@ class Replica:
 
     # ---- the loop -----------------------------------------------------------------------------
     def _loop(self) -> Generator[simpy.Event, Any, None]:
-        env, k = self.env, self.kernel
-        sched = k.sched
-        while True:
-            self._pull(env.now)
-            if not sched.running and sched.num_waiting == 0 and not (yield from self._wait_for_work()):
-                continue
-            now = env.now
-            plan = sched.schedule(now, k.step)
-            if not plan.scheduled and not sched.running:
-                self._reject_head()
-                continue
-            batch = k.batch(plan)
-            dt = k.cost.step_time(batch)
-            yield env.timeout(dt)
-            end = env.now
-            k.finish(sched.update(plan, end, k.step), end)
-            k.record(now, dt, plan, batch)
-            self._stepped()
-            if not self.exact_steps:
-                hint = self._next_arrival_hint if self._router_next is not None else None
-                t = fast_forward(k, env.now, self._pull_due, hint)
-                if t > env.now:
-                    if self.on_progress:
-                        self.on_progress(self)
-                    yield from self._sleep_until(t)
-                    if self.check:
-                        k.kv.check(sched.running)
+        """The step loop, for both orders (:mod:`sim.engine.fastforward.ordering`).
 
-    def _loop_async(self) -> Generator[simpy.Event, Any, None]:
-        """vLLM's batch queue of two (``EngineCore.step_with_batch_queue``): plan the next step
-        while ``flight`` runs, then land ``flight``'s output; two steps are planned back to back
-        when nothing is in flight."""
+        Sync: plan a step, launch it, wait its duration, land it (its tokens computed when it
+        lands). Async, vLLM's batch queue of two (``EngineCore.step_with_batch_queue``): plan the
+        next step while ``flight`` runs, then land ``flight``'s output; two steps are planned back
+        to back when nothing is in flight. After each exact step, fast-forward."""
         env, k = self.env, self.kernel
         sched = k.sched
+        order = order_of(sched.async_scheduling)
+        lag = order.lag
         flight: InFlight | None = None
         unrecorded = 0  # preemptions of a plan that scheduled nothing (no step to record them in)
         while True:
@@ -190,24 +166,30 @@ class Replica:
                     continue
                 plan.num_preempted += unrecorded
                 unrecorded = 0
-                flight = k.launch(plan, env.now)
-            self._pull(env.now)  # arrivals received by the time `flight` started
-            nxt = sched.schedule(env.now, k.step + 1)
+                flight = k.launch(plan, env.now, sample=bool(lag))
+            nxt = None
+            if lag:
+                self._pull(env.now)  # arrivals received by the time `flight` started
+                nxt = sched.schedule(env.now, k.step + 1)
             yield env.timeout(flight.dt)
             k.land(flight)
             self._stepped()
-            flight = k.launch(nxt, env.now) if nxt.scheduled else None
-            if flight is None:
-                unrecorded += nxt.num_preempted
-            if flight is not None and not self.exact_steps:
-                hint = self._next_arrival_hint if self._router_next is not None else None
-                flight = fast_forward_async(k, flight, self._pull_due, hint)
-                if flight.start > env.now:
-                    if self.on_progress:
-                        self.on_progress(self)
-                    yield from self._sleep_until(flight.start)
-                    if self.check:
-                        k.kv.check(sched.running)
+            flight = None
+            if nxt is not None:
+                if nxt.scheduled:
+                    flight = k.launch(nxt, env.now)
+                else:
+                    unrecorded += nxt.num_preempted
+            if self.exact_steps or (lag and flight is None):
+                continue
+            hint = self._next_arrival_hint if self._router_next is not None else None
+            t, flight = fast_forward(k, order, env.now, flight, self._pull_due, hint)
+            if t > env.now:
+                if self.on_progress:
+                    self.on_progress(self)
+                yield from self._sleep_until(t)
+                if self.check:
+                    k.kv.check(sched.running)
 
     def _wait_for_work(self) -> Generator[simpy.Event, Any, bool]:
         """Idle: wait for the next arrival of our own inbox or a submission (never polls).

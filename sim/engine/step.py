@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.cost import StepBatch, StepCostModel
-from sim.io.records import StepLog, StepRecord
+from sim.io.records import StepLog, record_from_tuple
 from sim.kv.base import KvAllocator, MemoryBreakdown
 from sim.request import Request
 from sim.sched.plan import StepPlan
@@ -33,7 +33,7 @@ class InFlight:
     batch: StepBatch
     dt: float
     start: float
-    done: list[Request]                # requests whose last token it samples
+    done: list[Request] | None         # requests whose last token it samples (None: sampled at land)
 
 
 @dataclass(slots=True, eq=False)
@@ -82,17 +82,24 @@ class StepKernel:
             self.sched.finish(done, end, self.step)
             self.finished.extend(done)
 
-    def launch(self, plan: StepPlan, start: float) -> InFlight:
-        """Start a step at ``start``: its cost, and its tokens computed and sampled (unseen by an
-        async scheduler until :meth:`land`)."""
+    def launch(self, plan: StepPlan, start: float, *, sample: bool = True) -> InFlight:
+        """Start a step at ``start``: its batch and cost, and (``sample``) its tokens computed and
+        sampled now, unseen by an async scheduler until :meth:`land`. Without ``sample`` (sync
+        scheduling) the tokens are computed when the step lands, so nothing reads them mid-step."""
         batch = self.batch(plan)
         dt = self.cost.step_time(batch)
-        return InFlight(plan, batch, dt, start, self.sched.update(plan, start + dt, self.step))
+        return InFlight(plan, batch, dt, start,
+                        self.sched.update(plan, start + dt, self.step) if sample else None)
 
     def land(self, f: InFlight) -> None:
         """The step's output reaches the scheduler: tokens seen, finished requests freed, one record."""
-        self.sched.output(f.plan)
-        self.finish(f.done, f.start + f.dt)
+        end = f.start + f.dt
+        if f.done is None:
+            done = self.sched.update(f.plan, end, self.step)
+        else:
+            self.sched.output(f.plan)
+            done = f.done
+        self.finish(done, end)
         self.record(f.start, f.dt, f.plan, f.batch)
 
     def breakdown(self) -> MemoryBreakdown:
@@ -115,9 +122,9 @@ class StepKernel:
         """Append the step's record and advance the step counter and busy time."""
         sched, kv = self.sched, self.kv
         tok, res, internal, ext, free = mem if mem is not None else self.breakdown()
-        self.log.append(StepRecord(
+        self.log.append(record_from_tuple((
             self.step, start, dt, len(sched.running), sched.num_waiting, batch.prefill_tokens,
             batch.num_decode_seqs, plan.num_preempted, kv.num_free_blocks, tok, res, internal, ext,
-            free, kv.shared_excess, plan.swap_out_blocks, plan.swap_in_blocks))
+            free, kv.shared_excess, plan.swap_out_blocks, plan.swap_in_blocks)))
         self.busy_s += dt
         self.step += 1

@@ -86,24 +86,81 @@ def replicas_figure(sched: pd.DataFrame, static_replicas: int, label: str) -> Fi
 
 
 def latency_cdfs(ttft: np.ndarray, tpot: np.ndarray, slo: Slo, label: str, path: Path) -> Path:
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
-    thr = slo.thresholds()
-    for ax, vals, name in ((axes[0], ttft, "ttft"), (axes[1], tpot, "tpot")):
-        v = np.sort(vals[np.isfinite(vals)])
+    return _save(latency_figure(ttft, tpot, slo, label), path)
+
+
+def latency_figure(ttft: np.ndarray, tpot: np.ndarray, slo: Slo, label: str) -> Figure:
+    """Per metric: the CDF (ms) and its tail (share of requests slower than x, log scale down to
+    1 in 10,000), with each SLO target drawn where it is judged: its threshold and its quantile."""
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), squeeze=False)
+    for col, (vals, name) in enumerate(((ttft, "ttft"), (tpot, "tpot"))):
+        v = np.sort(vals[np.isfinite(vals)]) * 1e3
+        cdf, tail = axes[0][col], axes[1][col]
         if len(v):
-            ax.plot(v, np.arange(1, len(v) + 1) / len(v), color="tab:blue")
-            ax.set_xscale("log")
+            share = np.arange(1, len(v) + 1) / len(v)
+            cdf.plot(v, share, color="tab:blue")
+            tail.plot(v, np.maximum(1 - share + 1 / len(v), 1e-4), color="tab:blue", drawstyle="steps-post")
+            cdf.set_xscale("log")
+            tail.set_xscale("log")
+        tail.set_yscale("log")
+        tail.set_ylim(1e-4, 1.05)
         for t in slo.targets:
-            if t.metric == name:
-                ax.axvline(t.seconds, color="tab:red", ls="--", label=f"SLO p{round(100 * t.quantile)} <= {t.seconds:g}s")
-                ax.axhline(t.quantile, color="tab:red", ls=":", alpha=0.5)
-        if name in thr:
-            ax.legend(fontsize=7, loc="lower right")
-        ax.set_xlabel(f"{name.upper()} (s)")
-        ax.set_ylabel("CDF")
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"Latency CDFs of the chosen fleet (routed replay): {label}", fontsize=10)
+            if t.metric != name:
+                continue
+            q = round(100 * t.quantile)
+            seen = float(np.quantile(v, t.quantile)) if len(v) else math.nan
+            for ax in (cdf, tail):
+                ax.axvline(t.seconds * 1e3, color="tab:red", ls="--",
+                           label=f"SLO p{q} <= {t.seconds * 1e3:g} ms" if ax is cdf else None)
+            cdf.axhline(t.quantile, color="tab:red", ls=":", alpha=0.5)
+            tail.axhline(1 - t.quantile, color="tab:red", ls=":", alpha=0.5,
+                         label=f"{100 - q}% of requests may be slower")
+            if math.isfinite(seen):
+                tail.plot([seen], [1 - t.quantile], "o", color="black", label=f"p{q} here: {seen:,.1f} ms")
+        for ax, ylabel in ((cdf, "share of requests <= x"), (tail, "share of requests > x (tail)")):
+            ax.set_xlabel(f"{name.upper()} (ms)")
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3, which="both")
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7, loc="lower right" if ax is cdf else "lower left")
+    fig.suptitle(f"Latency of the chosen fleet (routed replay): {label}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
+
+
+def best_achievable(rows: list[tuple[str, list[tuple[str, float, float, bool]]]], path: Path) -> Path:
+    return _save(best_achievable_figure(rows), path)
+
+
+def best_achievable_figure(rows: list[tuple[str, list[tuple[str, float, float, bool]]]]) -> Figure:
+    """When no candidate meets the SLO at any load there is no Pareto front: per candidate and SLO
+    target, the quantile seen at the lowest probed load (hatched: a lower bound, probe stopped
+    early) against the target, so how far each is from passing is visible."""
+    targets = list(dict.fromkeys(name for _, obs in rows for name, _, _, _ in obs))
+    fig, axes = plt.subplots(1, max(len(targets), 1), figsize=(5 * max(len(targets), 1), 4.2), squeeze=False)
+    for ax, target in zip(axes[0], targets, strict=False):
+        labels: list[str] = []
+        seen: list[float] = []
+        bound: list[bool] = []
+        limit = math.nan
+        for label, obs in rows:
+            for name, v, thr, lower in obs:
+                if name == target:
+                    labels.append(label)
+                    seen.append(v * 1e3)
+                    bound.append(lower)
+                    limit = thr * 1e3
+        bars = ax.bar(range(len(seen)), seen, color="tab:grey")
+        for b, lower in zip(bars, bound, strict=True):
+            if lower:
+                b.set_hatch("//")
+        ax.axhline(limit, color="tab:red", ls="--", label=f"SLO {limit:g} ms")
+        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
+        ax.set_yscale("log")
+        ax.set_ylabel("ms at the lowest probed load")
+        ax.set_title(target)
+        ax.legend(fontsize=7)
+    fig.suptitle("No candidate meets the SLO at any load: best achievable latency vs the SLO "
+                 "(hatched = lower bound, probe stopped early)", fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from sim.errors import ConfigError
 from sim.fleet import plots
-from sim.fleet.band import band_sentence
 from sim.fleet.binding import LABELS
-from sim.fleet.explain import INFEASIBLE, SOFT_BASES, ranking_caveat
+from sim.fleet.explain import INFEASIBLE, SOFT_BASES, lowest_probe, ranking_caveat
 from sim.fleet.planner import Plan
 
 MD_COLS = {
@@ -28,6 +28,13 @@ MD_COLS = {
     "frag_share": "frag", "preempt_per_1k": "preempt/1k", "binding_constraint": "binding",
     "cost_model": "cost model", "cost_basis": "step-time basis", "replicas_pessimistic": "replicas at band edge",
 }
+
+
+NEGATIVE_HEADROOM = (
+    "- Negative headroom: the routed replay of the full trace met the SLO with fewer replicas than peak / "
+    "per-replica capacity. Capacity is measured one replica at a time on busy windows; behind a router the "
+    "replicas share each burst, so the fleet carries more than the sum suggests. The replay decides the size; "
+    "headroom compares it with the per-replica arithmetic.")
 
 
 def sha256(path: Path) -> str:
@@ -81,7 +88,37 @@ def markdown_table(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _band_edge(b: pd.Series) -> tuple[int, float] | None:
+    """(replicas, $/h) at the step-time band's pessimistic edge when that needs more replicas, else None."""
+    n_p = b.get("replicas_pessimistic", pd.NA)
+    if n_p is pd.NA or n_p is None or "band_pessimistic_pct" not in b or not int(n_p) > int(b["replicas"]):
+        return None
+    return int(n_p), float(b["cost_per_hour_pessimistic"])
+
+
+def _band_note(b: pd.Series, sized_for_edge: bool) -> str:
+    """What the band means for the one recommendation above (never a second one)."""
+    n_p = b.get("replicas_pessimistic", pd.NA)
+    if n_p is pd.NA or n_p is None or "band_pessimistic_pct" not in b:
+        return ""
+    n, tp, pct = int(b["replicas"]), int(b["tp"]), float(b["band_pessimistic_pct"])
+    head = (f" Step-time band: the cost model is *{b['cost_basis']}* for {b['gpu']} TP{tp}; its held-out error "
+            f"reaches {pct:+.0f}% (steps slower than predicted, 90th percentile).")
+    if sized_for_edge:
+        return head + (f" The fleet above is sized for that edge ({b['qps_pessimistic']:.1f} QPS per replica); "
+                       f"{_count(n, 'replica')} (${b['cost_per_hour']:,.2f}/h) would do only if "
+                       "steps are as fast as predicted.")
+    if int(n_p) == 0:
+        return head + " At that edge no load meets the SLO: treat this size as unproven."
+    return head + f" At that edge the size holds: {_count(n, 'replica')} either way."
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def recommendation(plan: Plan) -> str:
+    """The plan's one recommendation (sized for the band's pessimistic edge when that is larger)."""
     b = plan.best
     if b is None or not b["slo_pass"]:
         notes = plan.table["note"].astype(str) if len(plan.table) else pd.Series(dtype=str)
@@ -89,14 +126,44 @@ def recommendation(plan: Plan) -> str:
             return ("**No candidate meets the SLO at any load**: each fails even at the lowest load probed; "
                     "the latencies there and what would help are under Notes.")
         return "**No candidate meets the SLO** at this load; see the binding constraints and Notes below."
-    return (f"**Recommended: {int(b['replicas'])} x {b['gpu']} (TP={int(b['tp'])}, {b['knobs']})** = "
-            f"{int(b['gpus'])} GPUs, ${b['cost_per_hour']:,.2f}/h, ${b['cost_per_1m_out_tokens']:.3f} per 1M output "
-            f"tokens, ${b['cost_per_day']:,.0f}/day static (${b['autoscale_cost_per_day']:,.0f}/day autoscaled). "
+    edge = _band_edge(b)
+    n, tp = (edge[0], int(b["tp"])) if edge else (int(b["replicas"]), int(b["tp"]))
+    per_hour = edge[1] if edge else float(b["cost_per_hour"])
+    scale = per_hour / float(b["cost_per_hour"]) if b["cost_per_hour"] else 1.0
+    return (f"**Recommended: {n} x {b['gpu']} (TP={tp}, {b['knobs']})** = "
+            f"{_count(n * tp, 'GPU')}, ${per_hour:,.2f}/h, ${scale * b['cost_per_1m_out_tokens']:.3f} per 1M output "
+            f"tokens, ${24 * per_hour:,.0f}/day static"
+            + ("" if edge else f" (${b['autoscale_cost_per_day']:,.0f}/day autoscaled)") + ". "
             f"One replica sustains {b['max_qps_per_replica']:.1f} QPS within the SLO (95% CI "
             f"{b['qps_ci_low']:.1f}–{b['qps_ci_high']:.1f}); peak demand {b['peak_qps']:.1f} QPS; "
-            f"headroom {b['headroom_pct']:.0f}%; binding constraint: {b['binding_constraint']}. "
-            f"Routed replay of the full trace: attainment {100 * b['attainment']:.2f}% "
-            f"(lower bound {100 * b['attainment_lower']:.2f}%)." + band_sentence(b))
+            f"headroom {b['headroom_pct']:.0f}% at {_count(int(b['replicas']), 'replica')}; binding constraint: "
+            f"{b['binding_constraint']}. Routed replay of the full trace at {_count(int(b['replicas']), 'replica')}: attainment "
+            f"{100 * b['attainment']:.2f}% (lower bound {100 * b['attainment_lower']:.2f}%)."
+            + _band_note(b, edge is not None))
+
+
+def serving_stack_line(plan: Plan) -> str:
+    """Which serving-stack profile the step times rest on, and the engine version it represents
+    (read from the recommended row's cost model, never written here by hand)."""
+    from sim.run.build import build
+
+    row = plan.best if plan.best is not None else None
+    cands = [c.candidate for c in plan.capacities]
+    cand = next((c for c in cands if row is not None and (c.gpu, c.tp, c.knob_text) == (row["gpu"], row["tp"], row["knobs"])),
+                cands[0] if cands else None)
+    if cand is None:
+        return ""
+    try:
+        cost = build(cand.config(dict(plan.spec.base))).cost
+    except ConfigError:
+        return ""
+    cost = getattr(cost, "inner", cost)  # step_time_scale wraps the model
+    stack = getattr(cost, "stack", None)
+    if stack is None:
+        return f"Serving stack: none modelled ({cost.name}: GPU time only, no engine overhead profile)."
+    engine = str(getattr(stack, "engine", "") or "") or str(getattr(stack, "description", "") or "unnamed")
+    src = f"; fitted on {stack.source}" if getattr(stack, "source", "") else ""
+    return f"Serving stack: `{stack.name}` profile, representing {engine}{src}."
 
 
 def cost_models(table: pd.DataFrame, inputs: dict[str, Any]) -> str:
@@ -112,10 +179,24 @@ def notes_section(table: pd.DataFrame) -> list[str]:
     """Per-row notes (infeasibility, failed replays, prices) and the binding labels used."""
     lines = [f"- #{int(i) + 1} {r['gpu']} TP{r['tp']}: {r['note']}"  # type: ignore[call-overload]
              for i, r in table.iterrows() if str(r["note"])]
+    if "headroom_pct" in table and (table["headroom_pct"] < 0).any():
+        lines.append(NEGATIVE_HEADROOM)
     used = [b for b in LABELS if b in set(table["binding_constraint"])]
     lines += [f"- `{b}`: {LABELS[b][0]}; would help: {LABELS[b][1]} (rules in `sim/fleet/binding.py`)"
               for b in used]
     return ["## Notes", "", *lines, ""] if lines else []
+
+
+def best_achievable_rows(plan: Plan) -> list[tuple[str, list[tuple[str, float, float, bool]]]]:
+    """Per candidate: (target, quantile at its lowest probed load, threshold, lower bound?)."""
+    out = []
+    for cap in plan.capacities:
+        p = lowest_probe(cap)
+        if p is None:
+            continue
+        label = cap.candidate.label
+        out.append((label, [(t.name, v, t.seconds, p.stopped_early) for t, v in p.observed if math.isfinite(v)]))
+    return out
 
 
 def capacity_frame(plan: Plan) -> pd.DataFrame:
@@ -146,7 +227,10 @@ def write_bundle(plan: Plan, out: Path, inputs: dict[str, Any], command: list[st
     paths["csv"] = out / "plan.csv"
     capacity_frame(plan).to_csv(out / "capacity_probes.csv", index=False)
     validation_frame(plan).to_csv(out / "validation.csv", index=False)
-    paths["pareto"] = plots.pareto(t, plan.demand.peak_qps, out / "pareto.png")
+    if len(t) and not t["slo_pass"].astype(bool).any() and plan.capacities:
+        paths["pareto"] = plots.best_achievable(best_achievable_rows(plan), out / "best_achievable.png")
+    else:
+        paths["pareto"] = plots.pareto(t, plan.demand.peak_qps, out / "pareto.png")
     b = plan.best
     label = f"{int(b['replicas'])} x {b['gpu']} tp{int(b['tp'])}" if b is not None else ""
     if plan.autoscale is not None and b is not None:
@@ -172,7 +256,8 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
         f"SLO: {spec.slo.describe()} (pass/fail on the one-sided {100 * spec.slo.confidence:.0f}% Wilson lower bound). "
         f"Load: rate x{d.scale:.3g}, mean {d.mean_qps:.2f} QPS, peak {d.peak_qps:.2f} QPS "
         f"(busiest {spec.peak_window_s:g} s). Router: {spec.router}. N+k: k={spec.n_plus_k}. "
-        f"Cost model: {cost_models(plan.table, inputs)}.", "",
+        f"Cost model: {cost_models(plan.table, inputs)}.",
+        *([stack] if (stack := serving_stack_line(plan)) else []), "",
         recommendation(plan), "",
         *([caveat, ""] if (caveat := ranking_caveat(plan.table)) else []),
         markdown_table(plan.table), "",
@@ -183,7 +268,8 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
                   f"${ac.autoscale_cost:,.2f} over the {ac.hours:.2f} h trace vs ${ac.static_cost:,.2f} static peak "
                   f"({100 * ac.saving:.0f}% saved; oracle ${ac.oracle_cost:,.2f}); under-provisioned in "
                   f"{100 * ac.short_share:.0f}% of buckets (cold-start lag).", ""]
-    for role, title in (("pareto", "Cost vs QPS"), ("replicas", "Replicas over time"), ("cdf", "Latency CDFs")):
+    front = "Cost vs QPS" if paths.get("pareto", Path()).name == "pareto.png" else "Best achievable latency vs the SLO"
+    for role, title in (("pareto", front), ("replicas", "Replicas over time"), ("cdf", "Latency CDFs")):
         if role in paths:
             lines.append(f"![{title}]({paths[role].name})")
     lines += ["", *notes_section(plan.table)]

@@ -11,12 +11,32 @@ import numpy as np
 
 from sim.config.schema import SimConfig
 from sim.request import Request
+from workloads.resolution import spread_arrivals
 from workloads.schema import Trace
+
+#: the arrival jitter's own stream of the run's seed, apart from the scheduler's (draft acceptance,
+#: beam re-forks): spreading a coarse trace never shifts those draws
+ARRIVAL_STREAM = 7
+
+
+def arrival_times(trace: Trace, cfg: SimConfig) -> np.ndarray:
+    """The trace's arrivals: coarse timestamps spread over their resolution (unless ``arrival_jitter``
+    is off), then the rate rescaled: ``total_rate`` (mean req/s over the span) or ``rate_scale``."""
+    t = trace.df["arrival_s"].to_numpy(np.float64)
+    if cfg.arrival_jitter:
+        t = spread_arrivals(t, np.random.default_rng([cfg.seed, ARRIVAL_STREAM]))
+    if cfg.total_rate is not None:
+        t0, span = (float(t.min()), float(t.max() - t.min())) if len(t) else (0.0, 0.0)
+        if span > 0 and len(t) > 1:
+            t = t0 + (t - t0) * (len(t) / span) / cfg.total_rate
+    elif cfg.rate_scale != 1.0:
+        t = t / cfg.rate_scale
+    return t
 
 
 def make_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
     df = trace.df
-    arrival = df["arrival_s"].to_numpy(np.float64).tolist()
+    arrival = arrival_times(trace, cfg).tolist()
     prompt = df["prompt_tokens"].to_numpy(np.int64).tolist()
     output = df["output_tokens"].to_numpy(np.int64).tolist()
     rid = df["request_id"].astype(str).tolist()

@@ -10,7 +10,6 @@ from typing import Any
 
 from sim.config.schema import PRESETS, SimConfig
 from sim.memory.budget import KvBudget
-from sim.run.build import victim_name
 
 
 def resolved_config(cfg: SimConfig, budget: KvBudget) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -18,7 +17,7 @@ def resolved_config(cfg: SimConfig, budget: KvBudget) -> tuple[dict[str, Any], t
     d = cfg.model_dump()
     values: dict[str, Any] = {k: cfg.resolved(k) for k in PRESETS[cfg.preset]}
     values.update(max_model_len=budget.max_model_len, max_num_seqs=budget.max_num_seqs,
-                  max_num_batched_tokens=budget.max_num_batched_tokens, victim=victim_name(cfg))
+                  max_num_batched_tokens=budget.max_num_batched_tokens, victim=cfg.resolved("victim"))
     filled = tuple(sorted(k for k, v in values.items() if d.get(k) is None))
     d.update(values)
     return d, filled

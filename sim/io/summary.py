@@ -20,7 +20,7 @@ from sim.errors import KvsimError
 from sim.io.overload import Load, offered_load
 from sim.io.resolved import resolved_config
 from sim.io.results import memory_breakdown
-from sim.kv.offload import OffloadingAllocator
+from sim.kv.base import KvAllocator
 from sim.memory.budget import KvBudget
 
 
@@ -73,14 +73,15 @@ class KvOffload:
     cpu_evictions: int = 0
 
 
-def kv_offload_of(kv: object, prefix: PrefixCache) -> KvOffload:
-    """The per-tier counters of an offloading allocator (:mod:`sim.kv.offload`); zeros otherwise."""
-    if not isinstance(kv, OffloadingAllocator):
+def kv_offload_of(kv: KvAllocator, prefix: PrefixCache) -> KvOffload:
+    """The per-tier counters of the KV connector behind the prefix cache (the CPU offload tier,
+    :mod:`sim.kv.offload`); zeros without one."""
+    if kv.connector is None:
         return KvOffload()
-    q, cpu = prefix.queries, kv.hit_tokens
-    return KvOffload(kv.cpu.num_blocks, prefix.hits - cpu, (prefix.hits - cpu) / q if q else 0.0, cpu,
-                     cpu / q if q else 0.0, kv.preempted_hit_tokens, kv.loaded_blocks,
-                     kv.cpu.stored_blocks, kv.cpu.evictions)
+    c = kv.connector.stats()
+    q, cpu = prefix.queries, c.hit_tokens
+    return KvOffload(c.external_blocks, prefix.hits - cpu, (prefix.hits - cpu) / q if q else 0.0, cpu,
+                     cpu / q if q else 0.0, c.preempted_hit_tokens, c.loaded_blocks, c.stored_blocks, c.evictions)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,24 +17,28 @@ handle, ``Request.kv`` (a :class:`~sim.kv.block_table.BlockTable` or a
 A coordinator over several KV-cache groups (full attention + sliding window sharing one block
 pool, as vLLM's ``KVCacheCoordinator``) implements the same Protocol: its handle holds one
 table per group and its answers sum over the groups.
+
+Capabilities that not every pool has are small objects on it, None where absent, so callers
+ask instead of testing the class: ``sharing`` (fork + copy-on-write, :mod:`sim.kv.sharing`),
+``layout`` (a physical view for plots, :mod:`sim.kv.layout`), ``connector`` (external KV:
+a CPU tier, another instance; :mod:`sim.kv.connector`), ``decode_blocks`` (bulk decode).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sim.request import Request
+
+if TYPE_CHECKING:
+    from sim.kv.connector import KvConnector
+    from sim.kv.layout import KvLayout
+    from sim.kv.sharing import ForkSharing
 
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-#: A prefix hit entry for a block found in the CPU offload tier (:mod:`sim.kv.offload`): it has
-#: no GPU block yet; allocation takes a fresh one and the step loads it over PCIe. Such entries
-#: follow the GPU hits in the list :meth:`KvAllocator.get_computed_blocks` returns.
-CPU_HIT = -1
 
 
 class MemoryBreakdown(NamedTuple):
@@ -97,6 +101,31 @@ class KvAllocator(Protocol):
     allocates_every_step: bool
 
     @property
+    def sharing(self) -> ForkSharing | None:
+        """Fork + copy-on-write of block tables (paper-v0); None: tables cannot be shared by reference."""
+        ...
+
+    @property
+    def layout(self) -> KvLayout | None:
+        """The physical view for plots; None: no single picture (several KV-cache groups)."""
+        ...
+
+    @property
+    def connector(self) -> KvConnector | None:
+        """External KV behind the prefix cache (:meth:`connect`); None: none."""
+        ...
+
+    def connect(self, connector: KvConnector) -> None:
+        """Put ``connector`` behind the prefix cache: it hears of every registration
+        (``save_blocks``). Raises ValueError where the pool cannot key blocks by content."""
+        ...
+
+    def block_keys(self, req: Request, start: int, stop: int) -> list[int]:
+        """Content keys of the request's logical blocks ``start..stop`` (the keys they are or
+        would be cached under; equal prefixes, equal keys)."""
+        ...
+
+    @property
     def decode_blocks(self) -> DecodeBlocks | None:
         """The bulk-decode view for fast-forward; None: requests hold no blocks that grow
         mid-window (a slab reserves its chunk up front)."""
@@ -144,8 +173,9 @@ class KvAllocator(Protocol):
         ...
 
     def allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
-                 *, reserve: int = 0) -> bool:
-        """All-or-nothing :meth:`can_allocate` + take; False changes nothing."""
+                 *, reserve: int = 0, cache: bool = True) -> bool:
+        """All-or-nothing :meth:`can_allocate` + take; False changes nothing. ``cache=False``
+        publishes nothing to the prefix cache yet (blocks an asynchronous load will fill)."""
         ...
 
     def register_full_blocks(self, req: Request, num_tokens: int) -> None:

@@ -10,14 +10,14 @@ partial (``B`` = block_size = 4 here)::
 
 ``hashes[j]`` is the content key of logical block ``j`` (computed lazily, kept across
 preemptions: it depends on content only); the first ``num_registered`` blocks of the table
-are published in the prefix cache. With a CPU offload tier (:mod:`sim.kv.offload`) the first
-``num_offered`` blocks have been offered to it (kept across preemptions, as vLLM's
-``_next_stored_block_idx``).
+are published in the prefix cache.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from sim.request import Request
 
 
 @dataclass(slots=True, eq=False)
@@ -25,4 +25,11 @@ class BlockTable:
     blocks: list[int] = field(default_factory=list)
     hashes: list[int] = field(default_factory=list)
     num_registered: int = 0
-    num_offered: int = 0
+
+
+def table_of(req: Request) -> BlockTable:
+    """The request's block table, created on first use."""
+    t = req.kv
+    if t is None:
+        t = req.kv = BlockTable()
+    return t  # type: ignore[no-any-return]

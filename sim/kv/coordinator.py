@@ -27,40 +27,39 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from sim.kv.base import MemoryBreakdown
-from sim.kv.block_pool import BlockPool, PoolCounters
 from sim.kv.block_table import BlockTable
-from sim.kv.hashing import BlockHasher
+from sim.kv.connector import KvConnector
 from sim.kv.hybrid_hits import longest_hit
 from sim.kv.hybrid_table import GroupHits, HybridTable
+from sim.kv.manager import KvCacheManager
 from sim.kv.window import NULL, KvGroup, Lookup, skipped_tokens
 from sim.request import Request
 
 
-class HybridAllocator(PoolCounters):
-    """KV-cache groups sharing one pool; implements :class:`~sim.kv.base.KvAllocator`."""
+class HybridAllocator(KvCacheManager):
+    """KV-cache groups sharing one pool; implements :class:`~sim.kv.base.KvAllocator` (the
+    N-group :class:`~sim.kv.manager.KvCacheManager`)."""
 
-    paged = True
     #: no bulk decode: a window group releases blocks on any step (``allocates_every_step``),
     #: so these models run step by step
     decode_blocks = None
+    sharing = None    # fork + copy-on-write is a one-group mechanism
+    layout = None     # a memory map draws one group
 
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[KvGroup], *,
                  free_order: str = "front-tail", enable_caching: bool = True) -> None:
-        if not groups:
-            raise ValueError("a hybrid allocator needs at least one KV-cache group")
-        self.pool = BlockPool(num_blocks, null_block=True, free_order=free_order)
-        self.hasher = BlockHasher(block_size)
-        self.num_blocks = num_blocks
-        self.usable_blocks = self.pool.usable_blocks
-        self.block_size = block_size
-        self.groups = tuple(groups)
-        self.enable_caching = enable_caching
-        self.allocates_every_step = any(g.windowed for g in self.groups)
+        super().__init__(num_blocks, block_size, groups, free_order=free_order, enable_caching=enable_caching)
         by_spec: dict[KvGroup, list[int]] = {}
         for i, g in enumerate(self.groups):
             by_spec.setdefault(g, []).append(i)
         self._specs = sorted(by_spec.items(), key=lambda s: s[0].windowed)  # full attention first
         self._simple = len(self._specs) == 2 and not self._specs[0][0].windowed
+
+    def connect(self, connector: KvConnector) -> None:
+        raise ValueError("a KV connector over several KV-cache groups is not modelled")
+
+    def group_tables(self, req: Request) -> list[BlockTable]:
+        return self._handle(req).tables
 
     # ---- capacity (num_free_blocks, usage, evictions, shared_excess: PoolCounters) ----------
 
@@ -172,7 +171,7 @@ class HybridAllocator(PoolCounters):
         return need
 
     def allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
-                 *, reserve: int = 0) -> bool:
+                 *, reserve: int = 0, cache: bool = True) -> bool:
         """vLLM's ``allocate_slots``: window release first (kept even on failure), then
         all-or-nothing."""
         t = self._handle(req)
@@ -188,8 +187,8 @@ class HybridAllocator(PoolCounters):
         for tg in t.tables:
             if want > len(tg.blocks):
                 tg.blocks.extend(self.pool.get_new_blocks(want - len(tg.blocks)))
-        if self.enable_caching:
-            self._cache(req, t, min(slots, req.num_tokens))
+        if cache and self.enable_caching:
+            self.register_full_blocks(req, min(slots, req.num_tokens))
         return True
 
     def _adopt(self, t: HybridTable, hits: GroupHits, computed: int) -> None:
@@ -228,14 +227,9 @@ class HybridAllocator(PoolCounters):
 
     def free(self, req: Request) -> None:
         """Release every group's blocks, group by group, each table tail first."""
-        t = req.kv
-        if t is None:
-            return
-        for tg in t.tables:
-            self.pool.release([b for b in tg.blocks if b != NULL])
-            tg.blocks = []
-            tg.num_registered = 0
-        t.nulls = 0
+        super().free(req)
+        if req.kv is not None:
+            req.kv.nulls = 0
 
     # ---- memory -------------------------------------------------------------------------------
     def breakdown(self, live: Iterable[Request], computed_tokens: int,
@@ -254,7 +248,7 @@ class HybridAllocator(PoolCounters):
     def check(self, live: Iterable[Request] = ()) -> None:
         """Raise AssertionError if the pool or a live request's tables are inconsistent."""
         B = self.block_size
-        counted = [0] * self.num_blocks
+        live = list(live)
         for r in live:
             t = r.kv
             if t is None:
@@ -268,7 +262,5 @@ class HybridAllocator(PoolCounters):
                     f"request {r.uid}: a {spec.kind} group released a block it still reads"
                 assert len(tg.blocks) * B >= r.num_computed_tokens, f"request {r.uid}: computed tokens without slots"
                 nulls += lead
-                for b in tg.blocks[lead:]:
-                    counted[b] += 1
             assert nulls == t.nulls, f"request {r.uid}: null count drift"
-        self.pool.check(counted)
+        super().check(live)

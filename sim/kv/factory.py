@@ -1,15 +1,16 @@
-"""Config -> which paged KV allocator: one full-attention group (``PagedAllocator``), several
-KV-cache groups for sliding-window / chunked-local models (``HybridAllocator``), or one group
-with a CPU offload tier (``OffloadingAllocator``). Unsupported combinations are one-line
-:class:`~sim.errors.ConfigError` s naming the flag."""
+"""Config -> which paged KV allocator: one full-attention group (``PagedAllocator``) or several
+KV-cache groups for sliding-window / chunked-local models (``HybridAllocator``); and which KV
+connector goes behind its prefix cache (the CPU offload tier, ``OffloadConnector``).
+Unsupported combinations are one-line :class:`~sim.errors.ConfigError` s naming the flag."""
 
 from __future__ import annotations
 
 from sim.config.schema import SimConfig
 from sim.errors import ConfigError
 from sim.kv.base import KvAllocator
+from sim.kv.connector import KvConnector
 from sim.kv.coordinator import HybridAllocator
-from sim.kv.offload import OffloadingAllocator
+from sim.kv.offload import OffloadConnector
 from sim.kv.window import KvGroup, kv_groups
 from sim.memory.budget import KvBudget
 from sim.model.attention import kv_cache_groups
@@ -47,7 +48,7 @@ def offload_blocks(cfg: SimConfig, budget: KvBudget) -> int:
 
 
 def paged_variant(cfg: SimConfig, budget: KvBudget, model: ModelSpec, fork: bool) -> KvAllocator | None:
-    """A hybrid or offloading allocator when the model or the flags call for one, else None."""
+    """A hybrid allocator when the model calls for one, else None."""
     if cfg.allocator != "paged":
         if cfg.kv_offloading_size:
             raise ConfigError("--kv-offloading-size: needs --allocator paged")
@@ -56,7 +57,13 @@ def paged_variant(cfg: SimConfig, budget: KvBudget, model: ModelSpec, fork: bool
     if groups:
         return HybridAllocator(budget.num_gpu_blocks, cfg.block_size, groups, free_order=cfg.resolved("free_order"),
                                enable_caching=bool(cfg.resolved("enable_prefix_caching")))
-    if cfg.kv_offloading_size:
-        return OffloadingAllocator(budget.num_gpu_blocks, cfg.block_size, cpu_blocks=offload_blocks(cfg, budget),
-                                   null_block=budget.null_block, free_order=cfg.resolved("free_order"))
     return None
+
+
+def make_connector(cfg: SimConfig, budget: KvBudget, kv: KvAllocator) -> KvConnector | None:
+    """The KV connector the flags ask for, connected to ``kv``; None without one."""
+    if not cfg.kv_offloading_size:
+        return None
+    c = OffloadConnector(kv, offload_blocks(cfg, budget))
+    kv.connect(c)
+    return c

@@ -18,26 +18,20 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 
 from sim.kv.base import MemoryBreakdown, cdiv
-from sim.kv.block_pool import BlockPool, PoolCounters
-from sim.kv.block_table import BlockTable
-from sim.kv.hashing import UNIQUE_BASE, BlockHasher, shared_prefix_blocks
+from sim.kv.block_table import BlockTable, table_of
+from sim.kv.hashing import UNIQUE_BASE, shared_prefix_blocks
+from sim.kv.layout import PagedLayout
+from sim.kv.manager import KvCacheManager
+from sim.kv.sharing import ForkSharing
+from sim.kv.window import KvGroup
 from sim.request import Request
 
 _breakdown = partial(tuple.__new__, MemoryBreakdown)  # MemoryBreakdown from a tuple, fast
 
 
-def table_of(req: Request) -> BlockTable:
-    """The request's block table, created on first use."""
-    t = req.kv
-    if t is None:
-        t = req.kv = BlockTable()
-    return t  # type: ignore[no-any-return]
-
-
-class PagedAllocator(PoolCounters):
-    """Block pool with a prefix cache (see :mod:`sim.kv.block_pool` for the free order)."""
-
-    paged = True
+class PagedAllocator(KvCacheManager):
+    """Block pool with a prefix cache (see :mod:`sim.kv.block_pool` for the free order): the
+    one-group :class:`~sim.kv.manager.KvCacheManager`, its arithmetic inlined."""
 
     def __init__(
         self,
@@ -49,15 +43,18 @@ class PagedAllocator(PoolCounters):
         enable_caching: bool = True,
         exact_fill: bool = False,
     ) -> None:
-        self.pool = BlockPool(num_blocks, null_block=null_block, free_order=free_order)
-        self.hasher = BlockHasher(block_size)
-        self.num_blocks = num_blocks
-        self.usable_blocks = self.pool.usable_blocks
-        self.block_size = block_size
-        self.enable_caching = enable_caching
-        self.allocates_every_step = False
+        super().__init__(num_blocks, block_size, (KvGroup(),), null_block=null_block, free_order=free_order,
+                         enable_caching=enable_caching)
         self.exact_fill = exact_fill  # shared blocks may be partial (fork mode): see breakdown
         self._null_slots = (num_blocks - self.usable_blocks) * block_size
+        self.sharing = ForkSharing(self)
+        self.layout = PagedLayout(self)
+
+    def group_tables(self, req: Request) -> list[BlockTable]:
+        return [table_of(req)]
+
+    def _first_table(self, req: Request) -> BlockTable:
+        return table_of(req)
 
     # ---- capacity (num_free_blocks, usage, evictions, shared_excess: PoolCounters) ----------
 
@@ -164,11 +161,12 @@ class PagedAllocator(PoolCounters):
         return need
 
     def allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
-                 *, reserve: int = 0) -> bool:
+                 *, reserve: int = 0, cache: bool = True) -> bool:
         """Give ``req`` slots for ``num_new_tokens`` more tokens; all-or-nothing.
 
         ``hits`` are prefix-cache hits adopted now (new or resumed request). Returns False and
-        changes nothing when the blocks are not there.
+        changes nothing when the blocks are not there. ``cache=False``: publish nothing yet (an
+        asynchronous load: its blocks are registered when it arrives).
         """
         need = self.can_allocate(req, num_new_tokens, hits, reserve=reserve)
         if need < 0:
@@ -179,7 +177,7 @@ class PagedAllocator(PoolCounters):
             table.blocks.extend(hits)
         if need:
             table.blocks.extend(self.pool.get_new_blocks(need))
-        if self.enable_caching:
+        if cache and self.enable_caching:
             slots = req.num_computed_tokens + len(hits) * self.block_size + num_new_tokens
             self.register_full_blocks(req, min(slots, req.num_tokens))
         return True
@@ -233,13 +231,3 @@ class PagedAllocator(PoolCounters):
         tok = sum(fill.values())
         null = (self.num_blocks - self.usable_blocks) * B
         return _breakdown((tok, 0, used * B - tok, null, free * B))
-
-    # ---- invariants ---------------------------------------------------------------------------
-    def check(self, live: Iterable[Request] = ()) -> None:
-        """Raise AssertionError if the pool is inconsistent with ``live``'s block tables."""
-        counted = [0] * self.num_blocks
-        for r in live:
-            if r.kv is not None:
-                for b in r.kv.blocks:
-                    counted[b] += 1
-        self.pool.check(counted)

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from sim.kv.base import MemoryBreakdown
+from sim.kv.connector import KvConnector
+from sim.kv.layout import SlabLayout
 from sim.kv.placement import BuddyPlacement, FirstFitPlacement, Placement, pow2_ceil
 from sim.request import Request
 
@@ -70,6 +72,8 @@ class SlabAllocator:
     block_size = 1
     evictions = 0
     shared_excess = 0
+    sharing = None       # chunks are private
+    connector = None     # no prefix cache to put external KV behind
 
     def __init__(self, pool_slots: int, max_model_len: int, reservation: str = "max",
                  placement: str = "buddy") -> None:
@@ -80,6 +84,13 @@ class SlabAllocator:
             BuddyPlacement(pool_slots) if placement == "buddy" else FirstFitPlacement(pool_slots))
         # running totals over live chunks, so a breakdown is O(1)
         self._final = self._requested = self._chunk = 0
+        self.layout = SlabLayout(self)
+
+    def connect(self, connector: KvConnector) -> None:
+        raise ValueError("a slab has no prefix cache: a KV connector needs --allocator paged")
+
+    def block_keys(self, req: Request, start: int, stop: int) -> list[int]:
+        raise ValueError("a slab keys no blocks by content")
 
     # ---- sizes --------------------------------------------------------------------------------
     def requested_slots(self, req: Request) -> int:
@@ -121,7 +132,7 @@ class SlabAllocator:
         return n if n <= self.placement.largest_free() else -1
 
     def allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
-                 *, reserve: int = 0) -> bool:
+                 *, reserve: int = 0, cache: bool = True) -> bool:
         """The chunk is reserved once, at admission; later steps always fit inside it."""
         if req.kv is not None:
             return True

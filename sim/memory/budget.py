@@ -35,15 +35,19 @@ FP8_LOG_LINE = ("Using fp8 data type to store kv cache. It reduces the GPU memor
                 "the performance. Meanwhile, it may cause accuracy drop without a proper scaling factor")
 
 
-# vLLM EngineArgs.get_batch_defaults (offline LLM entry point), vllm-v1-semantics.md s5.1
-def batch_defaults(gpu: GpuSpec) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) vLLM picks for this GPU."""
-    gb = gpu.memory_gb
+def batch_defaults(gpu: GpuSpec, usage_context: str = "openai-server") -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) vLLM 0.33 picks for this GPU and entry point.
+
+    ``EngineArgs.get_batch_defaults`` (vllm/engine/arg_utils.py; vllm-v1-semantics.md s5.1) keys
+    them on the usage context: ``openai-server`` is ``vllm serve`` (kvsim's default: a server is
+    what a latency SLO is about), ``llm-class`` the offline ``LLM(...)`` class.
+    """
+    gb, server = gpu.memory_gb, usage_context == "openai-server"
     if gb >= 160:
         return 16384, 1024
-    if gb >= 70 and not gpu.key.startswith("a100"):
-        return 16384, 1024
-    return 8192, 256
+    if gb >= 70 and not gpu.key.startswith("a100"):  # vLLM: large budgets slow A100 down (PR #17885)
+        return (8192 if server else 16384), 1024
+    return (2048 if server else 8192), 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +146,7 @@ def compute_budget(cfg: SimConfig, spec: ModelSpec, gpu: GpuSpec) -> KvBudget:
     if not model.is_mla and model.kv_heads % tp and tp % model.kv_heads:
         raise ConfigError(f"--tensor-parallel-size {tp}: must divide or be a multiple of the model's {model.kv_heads} KV heads")
     bs = cfg.block_size
-    mbt_default, seqs_default = batch_defaults(gpu)
+    mbt_default, seqs_default = batch_defaults(gpu, cfg.usage_context)
     max_seqs = cfg.max_num_seqs or seqs_default
     max_len = cfg.max_model_len or model.max_model_len
     if max_len > model.max_model_len:  # vLLM refuses too (unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)
@@ -151,6 +155,10 @@ def compute_budget(cfg: SimConfig, spec: ModelSpec, gpu: GpuSpec) -> KvBudget:
     max_batched = cfg.max_num_batched_tokens or mbt_default
     if not cfg.resolved("chunked_prefill"):
         max_batched = max(max_batched, max_len)  # vLLM: without chunking a whole prompt must fit
+    if cfg.max_num_batched_tokens is None:  # _set_default_max_num_seqs_and_batched_tokens_args
+        max_batched = min(max_seqs * max_len, max_batched)
+    if cfg.max_num_seqs is None:
+        max_seqs = min(max_seqs, max_batched)
     if max_batched < max_seqs:
         raise ConfigError(f"--max-num-batched-tokens {max_batched} must be >= --max-num-seqs {max_seqs}")
     util = cfg.resolved("gpu_memory_utilization")

@@ -164,7 +164,14 @@ def _load_yaml(name: str) -> dict[str, Any]:
 
 @cache
 def model_catalog() -> dict[str, ModelSpec]:
-    return {k: ModelSpec(key=k, **v) for k, v in _load_yaml("models.yaml").items()}
+    return {k: ModelSpec(key=k, **{f: x for f, x in v.items() if f != "hf_ids"})
+            for k, v in _load_yaml("models.yaml").items()}
+
+
+@cache
+def hf_ids() -> dict[str, str]:
+    """Hugging Face repo id (lowercase) -> catalog key, from each entry's ``hf_ids``."""
+    return {str(h).lower(): k for k, v in _load_yaml("models.yaml").items() for h in v.get("hf_ids", ())}
 
 
 @cache
@@ -228,6 +235,8 @@ def resolve_model(name: str) -> ModelSpec:
     cat = model_catalog()
     if name.lower() in cat:
         return cat[name.lower()]
+    if name.lower() in hf_ids():
+        return cat[hf_ids()[name.lower()]]
     p = Path(name)
     if p.suffix == ".json" or p.is_dir() or p.exists():
         if p.is_dir():
@@ -235,7 +244,8 @@ def resolve_model(name: str) -> ModelSpec:
         if not p.exists():
             raise ConfigError(f"--model {name}: no such file")
         return model_from_hf_config(p)
-    raise ConfigError(f"--model {name!r}: not in the catalog ({', '.join(cat)}) and not a config.json path")
+    hint = " (a Hugging Face id kvsim does not know: pass its config.json path)" if "/" in name else ""
+    raise ConfigError(f"--model {name!r}: not in the catalog ({', '.join(cat)}) and not a config.json path{hint}")
 
 
 def resolve_gpu(name: str) -> GpuSpec:

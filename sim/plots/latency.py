@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
@@ -32,9 +33,23 @@ def time_ticks(lo: float, hi: float, most: int = 7) -> list[float]:
     return best
 
 
-def latency_cdfs(runs: Sequence[tuple[RunInfo, pd.DataFrame]]) -> Figure:
+def slo_lines(slo: Sequence[tuple[str, str, float]]) -> dict[str, list[tuple[float, float]]]:
+    """``ttft_p99_s<=0.5`` (sim.plots.heatmap.parse_slo) -> {"ttft_s": [(0.99, 0.5)]}."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for metric, _op, value in slo:
+        m = re.fullmatch(r"(ttft|tpot|e2e)_p(\d+)_s", metric)
+        if m:
+            out.setdefault(f"{m.group(1)}_s", []).append((int(m.group(2)) / 100, value))
+    return out
+
+
+def latency_cdfs(runs: Sequence[tuple[RunInfo, pd.DataFrame]], *, slo: Sequence[tuple[str, str, float]] = (),
+                 tail: bool = False) -> Figure:
     """Empirical CDFs of finished requests' latencies, one line per run (log time axis whose
-    ticks carry their unit: 10.0 ms, 1.00 s, 16.7 min)."""
+    ticks carry their unit: 10.0 ms, 1.00 s, 16.7 min). ``tail`` plots the share of requests
+    slower than x on a log scale instead, where p99 and p99.9 are readable; each ``slo`` target
+    (``ttft_p99_s<=0.5``) is drawn at its threshold and quantile."""
+    lines = slo_lines(slo)
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
     for ax, (col, name) in zip(axes, METRICS, strict=True):
         lo, hi = math.inf, 0.0
@@ -43,10 +58,19 @@ def latency_cdfs(runs: Sequence[tuple[RunInfo, pd.DataFrame]]) -> Figure:
             v = v[v > 0]
             if len(v):
                 lo, hi = min(lo, float(v[0])), max(hi, float(v[-1]))
-                ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post",
-                        label=f"{info.label} (p99 {fmt.duration(float(np.percentile(v, 99)))})")
-        ax.set(xscale="log", xlabel=f"{name} (log scale)", ylabel="fraction of requests",
-               ylim=(0, 1.01), title=f"{name} CDF")
+                share = np.arange(1, len(v) + 1) / len(v)
+                y = np.maximum(1 - share + 1 / len(v), 1e-4) if tail else share
+                ax.step(v, y, where="post", label=f"{info.label} (p99 {fmt.duration(float(np.percentile(v, 99)))})")
+        for q, seconds in lines.get(col, []):
+            ax.axvline(seconds, color="tab:red", ls="--", label=f"SLO p{100 * q:g} <= {fmt.duration(seconds)}")
+            ax.axhline(1 - q if tail else q, color="tab:red", ls=":", alpha=0.6)
+            lo, hi = min(lo, seconds), max(hi, seconds)
+        if tail:
+            ax.set(xscale="log", yscale="log", xlabel=f"{name} (log scale)", ylabel="share of requests slower",
+                   ylim=(1e-4, 1.05), title=f"{name} tail (1 - CDF)")
+        else:
+            ax.set(xscale="log", xlabel=f"{name} (log scale)", ylabel="fraction of requests",
+                   ylim=(0, 1.01), title=f"{name} CDF")
         if hi > 0:
             lo, hi = (lo / 1.5, hi * 1.5) if hi / lo < 1.5 else (lo / 1.1, hi * 1.1)  # lines off the frame
             ax.set_xlim(lo, hi)
@@ -54,7 +78,7 @@ def latency_cdfs(runs: Sequence[tuple[RunInfo, pd.DataFrame]]) -> Figure:
             ax.set_xticks(ticks, [fmt.duration(t) for t in ticks])
             ax.xaxis.set_minor_locator(NullLocator())
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="lower left" if tail else "lower right")
     fig.suptitle(common_info([i for i, _ in runs]).title("Latency CDFs by config"), fontsize=10)
     fig.tight_layout()
     return fig

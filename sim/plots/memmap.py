@@ -25,8 +25,7 @@ from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
 from sim.io.ingest import make_requests
-from sim.kv.paged import PagedAllocator
-from sim.kv.slab import SlabAllocator
+from sim.kv.layout import PagedLayout, SlabLayout
 from sim.plots.common import RunInfo, config_label
 from sim.run.build import build, new_replica
 from workloads import Trace
@@ -64,21 +63,21 @@ class Layout:
     tables: list[dict[int, list[tuple[int, int, int]]]] = field(default_factory=list)  # uid -> [(phys, fill, state)]
 
 
-def _snap_paged(kv: PagedAllocator, running: Sequence, lay: Layout) -> None:  # type: ignore[type-arg]
-    B = kv.block_size
-    owner = np.full(kv.num_blocks, -1, np.int32)
-    state = np.full(kv.num_blocks, FREE, np.int8)
-    for b in range(kv.num_blocks):
-        if kv.pool.ref[b] == 0 and kv.pool.block_hash[b] is not None:
+def _snap_paged(view: PagedLayout, running: Sequence, lay: Layout) -> None:  # type: ignore[type-arg]
+    B, N = view.unit_tokens, view.num_units
+    owner = np.full(N, -1, np.int32)
+    state = np.full(N, FREE, np.int8)
+    for b in range(N):
+        if view.ref(b) == 0 and view.cached(b):
             state[b] = CACHED
-    if kv.pool.null_block == 0:
+    if view.null_block == 0:
         state[0] = EXTERNAL
     tables = {}
     for r in running:
         row = []
-        for j, b in enumerate(r.kv.blocks):
+        for j, b in enumerate(view.table(r)):
             fill = min(max(r.num_computed_tokens - j * B, 0), B)
-            st = SHARED if kv.pool.ref[b] > 1 else TOKENS if fill == B else TAIL
+            st = SHARED if view.ref(b) > 1 else TOKENS if fill == B else TAIL
             if owner[b] < 0:
                 owner[b] = r.uid
             state[b] = st
@@ -89,15 +88,17 @@ def _snap_paged(kv: PagedAllocator, running: Sequence, lay: Layout) -> None:  # 
     lay.tables.append(tables)
 
 
-def _snap_slab(pool: int, running: Sequence, lay: Layout) -> None:  # type: ignore[type-arg]
+def _snap_slab(view: SlabLayout, running: Sequence, lay: Layout) -> None:  # type: ignore[type-arg]
+    pool = view.num_units
     owner = np.full(pool, -1, np.int32)
     state = np.full(pool, FREE, np.int8)
     tables = {}
     for r in running:
-        if r.kv is None:
+        chunk = view.chunk(r)
+        if chunk is None:
             continue
-        s, chunk = r.kv.start, r.kv
-        marks = [s, s + r.num_computed_tokens, s + r.final_tokens, s + chunk.requested, s + chunk.size]
+        s, requested, size = chunk
+        marks = [s, s + r.num_computed_tokens, s + r.final_tokens, s + requested, s + size]
         owner[s:marks[-1]] = r.uid
         for (a, b), st in zip(pairwise(marks), (TOKENS, RESERVED, INTERNAL, EXTERNAL), strict=True):
             state[a:b] = st
@@ -111,21 +112,21 @@ def record_layout(cfg: SimConfig, trace: Trace) -> Layout:
     """Replay ``trace`` (keep it small: one snapshot per step) and snapshot the pool each step."""
     parts = build(cfg)
     kv, cost = parts.kv, parts.cost
-    if not isinstance(kv, (PagedAllocator, SlabAllocator)):
+    view = kv.layout
+    if view is None:
         raise ConfigError(f"plot memmap: {cfg.model} has sliding-window or chunked-local layers (several "
                           "KV-cache groups); the memory map draws one group only -- use a full-attention model "
                           "or --disable-hybrid-kv-cache-manager")
     info = RunInfo(Path(trace.path).name, cfg.model, cfg.gpu, cost.name, config_label(cfg.model_dump()))
-    paged = isinstance(kv, PagedAllocator)
-    lay = Layout("paged" if paged else "slab", kv.block_size if paged else 1, info)
+    lay = Layout(view.kind, view.unit_tokens, info)
     env = simpy.Environment()
 
     def on_step(rep: Replica) -> None:
         lay.times.append(float(rep.env.now))
-        if isinstance(kv, PagedAllocator):
-            _snap_paged(kv, rep.sched.running, lay)
+        if view.kind == "paged":
+            _snap_paged(view, rep.sched.running, lay)
         else:
-            _snap_slab(kv.num_blocks, rep.sched.running, lay)
+            _snap_slab(view, rep.sched.running, lay)
 
     rep = new_replica(env, cfg, parts=parts, exact_steps=True, on_step=on_step)
     rep.submit_all(make_requests(trace, cfg))

@@ -23,7 +23,7 @@ from sim.engine.step import StepKernel
 from sim.errors import ConfigError
 from sim.io.rejects import BATCH_TOKENS, KV_POOL, MAX_MODEL_LEN, Rejection
 from sim.kv.base import KvAllocator
-from sim.kv.factory import paged_variant
+from sim.kv.factory import make_connector, paged_variant
 from sim.kv.paged import PagedAllocator
 from sim.kv.slab import SlabAllocator
 from sim.memory.budget import KvBudget, compute_budget, model_for
@@ -48,21 +48,18 @@ class Components(NamedTuple):
 
 
 def make_allocator(cfg: SimConfig, budget: KvBudget, fork: bool, model: ModelSpec | None = None) -> KvAllocator:
-    variant = paged_variant(cfg, budget, model, fork) if model is not None else None  # hybrid groups, CPU tier
-    if variant is not None:
-        return variant
-    if cfg.allocator == "paged":
-        return PagedAllocator(
+    """The KV pool, with the KV connector the flags ask for (CPU offload tier) behind it."""
+    kv = paged_variant(cfg, budget, model, fork) if model is not None else None  # hybrid groups
+    if kv is None and cfg.allocator == "paged":
+        kv = PagedAllocator(
             budget.num_gpu_blocks, cfg.block_size, null_block=budget.null_block,
             free_order=cfg.resolved("free_order"),
             enable_caching=bool(cfg.resolved("enable_prefix_caching")), exact_fill=fork)
-    slots = budget.available_kv_bytes // budget.bytes_per_token
-    return SlabAllocator(int(slots), budget.max_model_len, cfg.reservation, cfg.slab_placement)
-
-
-def victim_name(cfg: SimConfig) -> str:
-    """The preemption victim policy: ``--victim``, else the one ``--policy`` implies."""
-    return cfg.victim or ("priority" if cfg.policy == "priority" else "last")
+    if kv is None:
+        slots = budget.available_kv_bytes // budget.bytes_per_token
+        return SlabAllocator(int(slots), budget.max_model_len, cfg.reservation, cfg.slab_placement)
+    make_connector(cfg, budget, kv)
+    return kv
 
 
 def make_scheduler(cfg: SimConfig, budget: KvBudget, kv: KvAllocator, fork: bool) -> Scheduler:
@@ -75,7 +72,7 @@ def make_scheduler(cfg: SimConfig, budget: KvBudget, kv: KvAllocator, fork: bool
         queue=QUEUES[cfg.policy](),
         admission=Admission(bool(cfg.resolved("reserve_full_isl")), watermark),
         preemption=Swap(cpu_blocks) if swap else Recompute(),
-        choose_victim=VICTIMS[victim_name(cfg)],
+        choose_victim=VICTIMS[cfg.resolved("victim")],
         long_prefill_token_threshold=cfg.long_prefill_token_threshold)
     rng = np.random.default_rng(cfg.seed)  # the run's one Generator (beam re-forks, draft acceptance)
     chunked, lag, k = bool(cfg.resolved("chunked_prefill")), bool(cfg.resolved("async_scheduling")), \
@@ -143,7 +140,9 @@ def new_replica(env: simpy.Environment, cfg: SimConfig, *, parts: Components | N
     kernel = StepKernel(sched, kv, cost, block_bytes=budget.bytes_per_block)
     exact = cfg.exact_steps if exact_steps is None else exact_steps
     # windows free blocks mid-decode, or a paged pool offers no bulk-decode view: no fast-forward
-    exact = exact or kv.allocates_every_step or (kv.paged and kv.decode_blocks is None)
+    # or a KV connector completes transfers between steps (polled per scheduled step): no fast-forward
+    exact = exact or kv.allocates_every_step or (kv.paged and kv.decode_blocks is None) \
+        or (kv.connector is not None and kv.connector.asynchronous)
     return Replica(env, kernel, exact_steps=exact,
                    check=check, reject=rejecter(budget, kv, sched), on_step=on_step,
                    on_progress=on_progress)

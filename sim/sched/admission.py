@@ -29,12 +29,13 @@ class Admission:
         return self.watermark_blocks if has_running else 0
 
     def admit(self, kv: KvAllocator, req: Request, num_new_tokens: int, hits: Sequence[int],
-              has_running: bool) -> bool:
-        """Allocate ``num_new_tokens`` (adopting ``hits``) if the rules allow; else change nothing."""
+              has_running: bool, *, cache: bool = True) -> bool:
+        """Allocate ``num_new_tokens`` (adopting ``hits``) if the rules allow; else change nothing.
+        ``cache=False``: the blocks are for an asynchronous load (published when it arrives)."""
         wm = self.watermark_blocks if has_running else 0
         if self.reserve_full_isl and kv.blocks_needed(req, req.num_tokens, hits) + wm > kv.num_free_blocks:
             return False
-        return kv.allocate(req, num_new_tokens, hits, reserve=wm)
+        return kv.allocate(req, num_new_tokens, hits, reserve=wm, cache=cache)
 
     def hopeless(self, kv: KvAllocator, req: Request, has_running: bool) -> bool:
         """True if :meth:`admit` must fail whatever the prefix probe finds.

@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.kv import sharing
-from sim.kv.paged import PagedAllocator
+from sim.kv.sharing import ForkSharing
 from sim.request import Request, Status
 from sim.sched.plan import StepPlan
 from sim.sched.scheduler import Scheduler
@@ -32,8 +31,8 @@ class PaperV0Scheduler(Scheduler):
     def __init__(self, *args: Any, fork_cow: bool = False,
                  rng: np.random.Generator | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
-        if fork_cow and not isinstance(self.kv, PagedAllocator):
-            raise ValueError("fork + copy-on-write needs the paged allocator")
+        if fork_cow and self.kv.sharing is None:
+            raise ValueError("fork + copy-on-write needs an allocator that shares tables (--allocator paged)")
         self.fork_cow = fork_cow
         self.rng = rng if rng is not None else np.random.default_rng(0)
 
@@ -44,6 +43,7 @@ class PaperV0Scheduler(Scheduler):
 
     # ---- one step: prompts, or else decodes -------------------------------------------------
     def schedule(self, now: float, step: int) -> StepPlan:
+        self.transfers.poll(now)
         plan = StepPlan()
         if not self.preemption.swapped and self.waiting.peek() is not None \
                 and len(self.running) < self.max_num_seqs:
@@ -74,10 +74,15 @@ class PaperV0Scheduler(Scheduler):
         """Copy a shared, partially filled last block before writing into it (fork mode)."""
         kv = self.kv
         if self.fork_cow and r.num_computed_tokens % kv.block_size:
-            assert isinstance(kv, PagedAllocator)
-            if sharing.last_block_shared(kv, r) and not sharing.copy_on_write(kv, r):
+            sharing = self._sharing()
+            if sharing.last_block_shared(r) and not sharing.copy_on_write(r):
                 return False
         return kv.allocate(r, n)
+
+    def _sharing(self) -> ForkSharing:
+        s = self.kv.sharing
+        assert s is not None  # checked at construction (fork_cow)
+        return s
 
     # ---- sequence groups ----------------------------------------------------------------------
     def _followers(self, r: Request) -> list[Request]:
@@ -93,8 +98,7 @@ class PaperV0Scheduler(Scheduler):
     def _started(self, r: Request, n: int, plan: StepPlan, now: float, step: int) -> None:
         """The group shares the leader's prompt blocks by reference."""
         for f in self._followers(r):
-            assert isinstance(self.kv, PagedAllocator)
-            sharing.fork(self.kv, r, f)
+            self._sharing().fork(r, f)
             f.status = Status.RUNNING
             f.first_scheduled_s, f.first_scheduled_step = now, step
             f.prefix_hit_tokens = 0
@@ -114,8 +118,7 @@ class PaperV0Scheduler(Scheduler):
         A beam whose continuation comes from another parent drops its own table and forks the
         parent's (every block's ref count +1); its next write copy-on-writes the shared tail.
         """
-        kv = self.kv
-        assert isinstance(kv, PagedAllocator)
+        sharing = self._sharing()
         seen: set[int] = set()
         for r, _ in plan.scheduled:
             g = r.group
@@ -127,8 +130,8 @@ class PaperV0Scheduler(Scheduler):
             if len(live) < 2 or len({m.num_computed_tokens for m in live}) != 1:
                 continue
             parents = self.rng.integers(0, len(live), size=len(live))
-            snap = {id(m): list(m.kv.blocks) for m in live}
+            snap = {id(m): sharing.blocks(m) for m in live}
             moves = [(m, list(snap[id(live[p])])) for m, p in zip(live, parents, strict=True)
                      if live[p] is not m]
             if moves:
-                sharing.retable(kv, moves)
+                sharing.retable(moves)

@@ -16,7 +16,7 @@ passed in (:mod:`sim.sched.spec_decode`).
 
 from __future__ import annotations
 
-from sim.kv.base import CPU_HIT, KvAllocator
+from sim.kv.base import KvAllocator
 from sim.request import Request, Status
 from sim.sched.admission import Admission
 from sim.sched.plan import PrefixStats, StepPlan
@@ -24,6 +24,8 @@ from sim.sched.policies import VictimPolicy, victim_last
 from sim.sched.preemption import Recompute
 from sim.sched.queues import FcfsQueue, WaitQueue
 from sim.sched.spec_decode import SpecDecode
+from sim.sched.transfers import Transfers
+from sim.sched.waiting_pass import admit
 
 
 class Scheduler:
@@ -71,6 +73,7 @@ class Scheduler:
         self._seq = 0
         self.stats = PrefixStats()
         self.num_preemptions = 0
+        self.transfers = Transfers(kv)     # a KV connector's requests between steps
 
     # ---- queues -------------------------------------------------------------------------------
     @property
@@ -96,12 +99,17 @@ class Scheduler:
 
     def reject_head(self, reason: str) -> Request:
         """Take the head of the waiting queue out for good (it can never be scheduled)."""
+        if self.transfers.pending:  # an engine that rejects instead of waiting would leak its blocks
+            raise RuntimeError("nothing to schedule while KV loads are pending: wait until "
+                               "KvConnector.next_finished_s(), do not reject the queue head")
         r = self.waiting.pop()
         r.status, r.reject_reason = Status.REJECTED, reason
         return r
 
     # ---- one step -----------------------------------------------------------------------------
     def schedule(self, now: float, step: int) -> StepPlan:
+        if self.kv.connector is not None:
+            self.transfers.poll(now)
         plan = StepPlan()
         budget = self.max_num_batched_tokens
         running, kv = self.running, self.kv
@@ -196,47 +204,15 @@ class Scheduler:
         finally:
             r.num_tokens = full
 
-    def admit(self, plan: StepPlan, budget: int, now: float, step: int) -> None:
-        """Admit waiting requests in queue order until one does not fit (head-of-line)."""
-        kv, running, adm = self.kv, self.running, self.admission
-        while budget > 0 and len(running) < self.max_num_seqs:
-            r = self.waiting.peek()
-            if r is None:
-                break
-            if adm.hopeless(kv, r, bool(running)):
-                break  # decided without probing the prefix cache
-            hits = kv.get_computed_blocks(r) if r.num_computed_tokens == 0 else []
-            hit_tokens = len(hits) * kv.block_size
-            n = r.num_tokens - hit_tokens
-            if 0 < self.threshold < n and (len(running) + self.num_waiting) > 1:
-                n = self.threshold
-            if not self.chunked_prefill and n > budget:
-                break
-            n = min(n, budget)
-            if not self._may_start(r):
-                break
-            if not adm.admit(kv, r, n, hits, bool(running)):
-                break
-            self.waiting.pop()
-            self._started(r, n, plan, now, step)
-            if hits and hits[-1] == CPU_HIT:  # blocks loaded from the CPU offload tier (sim/kv/offload.py)
-                plan.swap_in_blocks += hits.count(CPU_HIT)
-            resumed = r.status == Status.PREEMPTED
-            r.status = Status.RUNNING
-            r.num_computed_tokens = hit_tokens
-            st = self.stats
-            if resumed:
-                st.preempted_queries += r.num_tokens
-                st.preempted_hits += hit_tokens
-            else:
-                st.queries += r.num_tokens
-                st.hits += hit_tokens
-                r.prefix_hit_tokens = hit_tokens
-            if r.first_scheduled_step < 0:
-                r.first_scheduled_s, r.first_scheduled_step = now, step
-            self.run(r)
-            plan.scheduled.append((r, n))
-            budget -= n
+    #: admit waiting requests in queue order until one does not fit (head-of-line); a plain
+    #: function bound as the method, so the call costs no extra frame (:mod:`sim.sched.waiting_pass`)
+    admit = admit
+
+    def kv_holders(self) -> list[Request]:
+        """Every request holding KV blocks (for ``kv.check``): the running ones, plus any a KV
+        connector holds between steps (waiting for a load, being sent)."""
+        t = self.transfers
+        return self.running if t.connector is None else t.holders(self.running, self.waiting)
 
     # hooks for the paper-v0 subclass (sequence groups)
     def _may_start(self, r: Request) -> bool:
@@ -277,10 +253,11 @@ class Scheduler:
         """
         if not done:
             return
+        finished_kv = self.kv.free if self.kv.connector is None else self.transfers.finished
         for r in done:
             if r.status is not Status.RUNNING:
                 self.preemption.forget(self, r)
-            self.kv.free(r)
+            finished_kv(r)
             r.status = Status.FINISHED
             r.finish_s, r.finish_step = end, step
         finished = Status.FINISHED

@@ -39,13 +39,14 @@ def iter_jsonl(path: Path, bad: BadRows, chunk_rows: int = CHUNK_ROWS,
 
 
 def require_fields(frame: pd.DataFrame, lines: np.ndarray, fields: tuple[str, ...],
-                   bad: BadRows) -> tuple[pd.DataFrame, np.ndarray]:
-    """Report rows missing any of ``fields`` (JSON objects may omit keys); return the rest."""
+                   bad: BadRows, what: str = "missing") -> tuple[pd.DataFrame, np.ndarray]:
+    """Report rows missing any of ``fields`` (JSON objects may omit keys); return the rest.
+    ``what`` is the message for each (the normalized reader names its schema there)."""
     missing = np.zeros(len(frame), bool)
     for k in fields:
         col = frame[k].isna().to_numpy() if k in frame.columns else np.ones(len(frame), bool)
         for i in np.flatnonzero(col & ~missing):
-            bad.report(int(lines[i]), k, "missing")
+            bad.report(int(lines[i]), k, what)
         missing |= col
     return frame[~missing].reset_index(drop=True), lines[~missing]
 

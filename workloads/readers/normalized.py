@@ -23,6 +23,7 @@ from workloads.schema import (
     OPTIONAL_INT,
     OPTIONAL_LIST,
     REQUIRED,
+    SCHEMA_HINT,
 )
 
 PARQUET_MAGIC = b"PAR1"
@@ -39,7 +40,7 @@ def sniff(head: str) -> bool:
 
 
 def _normalize(raw: pd.DataFrame, lines: np.ndarray, ctx: ReadContext) -> pd.DataFrame:
-    raw, lines = require_fields(raw, lines, REQUIRED, ctx.bad)
+    raw, lines = require_fields(raw, lines, REQUIRED, ctx.bad, f"missing ({SCHEMA_HINT})")
     cols = [Col("arrival_s", "arrival_s", "float", 0), Col("prompt_tokens", "prompt_tokens"),
             Col("output_tokens", "output_tokens")]
     cols += [Col(c, c, "int", _MIN[c]) for c in OPTIONAL_INT if c in raw.columns]

@@ -1,0 +1,112 @@
+"""The waiting pass of a scheduling step: admit waiting requests in queue order until one does
+not fit (head-of-line), as vLLM 0.33's ``Scheduler.schedule`` does after the running pass.
+
+For each candidate: the cheap no-hope check (:meth:`Admission.hopeless`), the prefix probe (the
+allocator's hit continued by a KV connector, a :class:`~sim.kv.connector.PrefixHit`), the token
+budget and the long-prefill threshold, then the admission rules (:mod:`sim.sched.admission`).
+Fast-forward windows call it too, as the whole scheduling of a window step's admissions.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sim.kv.base import KvAllocator
+from sim.kv.connector import PrefixHit
+from sim.request import Request, Status
+from sim.sched.admission import Admission
+from sim.sched.plan import PrefixStats, StepPlan
+from sim.sched.queues import WaitQueue
+from sim.sched.transfers import REMOTE, Transfers, probe
+
+
+class Scheduler(Protocol):
+    """What the waiting pass uses of the scheduler that runs it."""
+
+    kv: KvAllocator
+    running: list[Request]
+    waiting: WaitQueue
+    admission: Admission
+    transfers: Transfers
+    stats: PrefixStats
+    max_num_seqs: int
+    threshold: int
+    chunked_prefill: bool
+
+    @property
+    def num_waiting(self) -> int: ...
+
+    def run(self, req: Request) -> None: ...
+    def _may_start(self, r: Request) -> bool: ...
+    def _started(self, r: Request, n: int, plan: StepPlan, now: float, step: int) -> None: ...
+
+
+def admit(sched: Scheduler, plan: StepPlan, budget: int, now: float, step: int) -> None:
+    """Admit waiting requests in queue order until one does not fit (head-of-line).
+
+    A request waiting for an asynchronous KV load is passed over until it has arrived
+    (:mod:`sim.sched.transfers`); the ones passed over keep their places in the queue.
+    """
+    kv, running, adm, waiting = sched.kv, sched.running, sched.admission, sched.waiting
+    xfer = sched.transfers
+    conn = kv.connector
+    skipped: list[Request] = []
+    while budget > 0 and len(running) < sched.max_num_seqs:
+        r = waiting.peek()
+        if r is None:
+            break
+        if r.status is REMOTE and not xfer.ready(r):
+            skipped.append(waiting.pop())
+            continue
+        loaded = r.num_computed_tokens > 0  # back from an asynchronous load: counted already
+        if adm.hopeless(kv, r, bool(running)):
+            break  # decided without probing the prefix cache
+        hit = probe(kv, conn, r)
+        n = r.num_tokens - hit.tokens
+        if 0 < sched.threshold < n and (len(running) + sched.num_waiting) > 1:
+            n = sched.threshold
+        if not sched.chunked_prefill and n > budget:
+            break
+        n = min(n, budget)
+        if not sched._may_start(r):
+            break
+        ext = hit.external_tokens
+        if hit.load_async:  # blocks for the hit and the load only; it waits, holding them
+            if not adm.admit(kv, r, ext, hit.blocks, bool(running), cache=False):
+                break
+            xfer.allocated(r, hit)
+            count_hit(sched, r, hit)
+            r.num_computed_tokens, r.status = hit.tokens, REMOTE
+            skipped.append(waiting.pop())
+            continue
+        if not adm.admit(kv, r, n + ext, hit.blocks, bool(running)):
+            break
+        if conn is not None:
+            xfer.allocated(r, hit)
+        waiting.pop()
+        sched._started(r, n, plan, now, step)
+        if ext:  # a synchronous load: a step-time term of this step (PCIe, as swap-in)
+            plan.swap_in_blocks += ext // kv.block_size
+        if not loaded:
+            count_hit(sched, r, hit)
+        r.status = Status.RUNNING
+        r.num_computed_tokens = hit.tokens
+        if r.first_scheduled_step < 0:
+            r.first_scheduled_s, r.first_scheduled_step = now, step
+        sched.run(r)
+        plan.scheduled.append((r, n))
+        budget -= n
+    for r in reversed(skipped):
+        waiting.prepend(r)
+
+
+def count_hit(sched: Scheduler, r: Request, hit: PrefixHit) -> None:
+    """Prefix-cache accounting, once per admission (vllm-v1-semantics.md s4.7)."""
+    st = sched.stats
+    if r.status == Status.PREEMPTED:
+        st.preempted_queries += r.num_tokens
+        st.preempted_hits += hit.tokens
+    else:
+        st.queries += r.num_tokens
+        st.hits += hit.tokens
+        r.prefix_hit_tokens = hit.tokens
