@@ -167,7 +167,7 @@ def test_step_time_scale_multiplies_every_step() -> None:
 def test_fast_forward_stays_bit_identical_under_the_calibrated_model(bundled_trace) -> None:  # type: ignore[no-untyped-def]
     from sim.run.simulate import simulate
 
-    kw = dict(cost_model="calibrated", gpu="a100-80gb", tensor_parallel_size=2, max_model_len=8192)
+    kw = dict(cost_model="calibrated", gpu="h100", tensor_parallel_size=2, max_model_len=8192)  # vllm-v1: fitted on H100
     ff = simulate(make_config(**kw), bundled_trace)
     ex = simulate(make_config(exact_steps=True, **kw), bundled_trace)
     assert ff.requests.equals(ex.requests) and ff.steps.equals(ex.steps)
