@@ -11,6 +11,7 @@ or coefficients, in ``fitted_on``), its coefficients, and the errors below.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,14 @@ import pandas as pd
 import yaml
 
 from calibration import public_rows as pr
+from calibration.era_fit import fit_vllm_06, fit_vllm_v1
 from calibration.stack_fit import STACKS, fit_stack, gpu_columns, predict_rows
 from calibration.stack_fit import band as make_band
 from calibration.transfer import h100_transfer
-from sim.cost.stack import SCHEMA, ServingStack
+from sim.cost.stack import SCHEMA, STACKS_PATH, ServingStack
 
 DESCRIPTIONS = {
-    "vllm": "vLLM as measured in 2024 (CUDA graphs for decode, Ray workers at TP >= 2): DistServe's "
+    "vllm-2023": "vLLM as measured in 2023-24 (CUDA graphs for decode, Ray workers at TP >= 2): DistServe's "
             "vLLM step-time fits for OPT-13B/66B and Vidur's vLLM CPU profiles, DGX-A100",
     "lean": "a low-overhead engine: DistServe's own (C++ kernels and scheduler, no Ray), DistServe's "
             "step-time fits for OPT-13B/66B, DGX-A100",
@@ -76,25 +78,64 @@ def leave_one_tp_out(d: pd.DataFrame, cpu: pd.DataFrame | None) -> dict[int, dic
     return out
 
 
-def fit_public(root: Path = pr.PROFILES) -> tuple[dict[str, Any], pd.DataFrame]:
-    """Fit every stack; returns the stacks.yaml document and the rows with predictions."""
+def _transfer(root: Path) -> dict[str, Any]:
+    """The A100 -> H100 operator transfer error: measured from Vidur's operator profiles when they
+    are present ($KVSIM_DATA), else the figures committed with the last such fit."""
+    if (root / "vidur" / "compute").is_dir():
+        return h100_transfer(root)
+    committed = yaml.safe_load(STACKS_PATH.read_text()) if STACKS_PATH.exists() else {}
+    got = (committed or {}).get("h100_transfer")
+    if not isinstance(got, dict):
+        raise ValueError(f"{root}: no vidur/compute and no committed h100_transfer; set KVSIM_DATA")
+    return got
+
+
+def fit_public(root: Path = pr.PROFILES, *, v1_window_s: float | None = 150.0,
+               log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], pd.DataFrame]:
+    """Fit every stack; returns the stacks.yaml document and the (older stacks') rows with predictions."""
     rows = gpu_columns(pr.end_to_end_rows(root))
     cpu = pr.vidur_cpu_rows(root)
-    transfer = h100_transfer(root)
-    tband = (transfer["ratio_p10"], transfer["ratio_p90"])
-    doc: dict[str, Any] = {"schema": SCHEMA, "form": "t = max(eta[tp] t_gpu, layers launch_s) + cpu_s[tp] + "
-                           "per_seq_s seqs + [prefill] (prefill_s + prefill_n2_s prefill_tokens^2)",
+    transfer = _transfer(root)
+    doc: dict[str, Any] = {"schema": SCHEMA, "form": "t = eta[tp] t_fixed + eta_tok t_dense + eta_attn t_attn "
+                           "(>= roofline; max layers launch_s when launch-bound) + cpu_s[tp] + per_seq_s seqs + "
+                           "[prefill] (prefill_s + prefill_n2_s sum_i chunk_i^2) (+ sched_s + sched_per_seq_s seqs, "
+                           "hidden under async scheduling)",
                            "split": "held-out = every other point along each sweep (calibration/public_rows.py)",
                            "stacks": {}, "h100_transfer": transfer}
+    if log:
+        log("vllm-v1: replaying the vllm-0.15.1-h100 stages")
+    doc["stacks"]["vllm-v1"], _ = fit_vllm_v1(window_s=v1_window_s, log=log)
+    if log:
+        log("vllm-0.6: simulating the LLM-Inference-Bench static batches")
+    doc["stacks"]["vllm-0.6"], _ = fit_vllm_06()
+    older, preds = fit_older(root, rows, cpu, transfer)
+    doc["stacks"].update(older)
+    return doc, preds
+
+
+def fit_older(root: Path = pr.PROFILES, rows: pd.DataFrame | None = None, cpu: pd.DataFrame | None = None,
+              transfer: dict[str, Any] | None = None) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The stacks of the step-time tables (vllm-2023, lean, splitwise) and their rows' predictions."""
+    rows = gpu_columns(pr.end_to_end_rows(root)) if rows is None else rows
+    cpu = pr.vidur_cpu_rows(root) if cpu is None else cpu
+    transfer = _transfer(root) if transfer is None else transfer
+    tband = (transfer["ratio_p10"], transfer["ratio_p90"])
+    stacks: dict[str, Any] = {}
     preds = []
     for name, source in STACKS.items():
         d = rows[rows["source"] == source]
-        c = cpu if name == "vllm" else None
+        c = cpu if name == "vllm-2023" else None
         form, th = fit_stack(d[~d["heldout"]], c)
         st = form.to_stack(th, name, DESCRIPTIONS[name], source, pr.GPU)
         pred = predict_rows(d, st)
         held = d["heldout"].to_numpy()
         entry = stack_doc(name, (form, th), st, d)
+        if name == "vllm-2023":
+            entry["engine"] = "vLLM of 2023-24 (eager decode, Ray workers at TP >= 2), as DistServe and Vidur measured it"
+        elif name == "lean":
+            entry["engine"] = "DistServe's own engine (2024)"
+        else:
+            entry["engine"] = "the serving stack of Splitwise's DGX-A100 table (not named by the source)"
         if c is not None:
             entry["fitted_on"]["cpu_rows"] = (f"vidur/a100_cpu_overheads.csv, {len(c)} rows (TP "
                                               f"{', '.join(map(str, sorted(c['tp'].unique())))}): CPU time per step")
@@ -106,9 +147,9 @@ def fit_public(root: Path = pr.PROFILES) -> tuple[dict[str, Any], pd.DataFrame]:
         entry["band"] = {"optimistic": b.optimistic, "pessimistic": b.pessimistic,
                          "optimistic_extrapolated": b.optimistic_extrapolated,
                          "pessimistic_extrapolated": b.pessimistic_extrapolated, "basis": b.basis}
-        doc["stacks"][name] = entry
+        stacks[name] = entry
         preds.append(d.assign(pred_s=pred))
-    return doc, pd.concat(preds)
+    return stacks, pd.concat(preds)
 
 
 def write_stacks(doc: dict[str, Any], path: Path) -> Path:

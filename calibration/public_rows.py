@@ -1,6 +1,7 @@
 """Public end-to-end step times as rows: one step (a batch of prefills or of decodes) per row.
 
-Sources (``../shared/gpu_profiles``; measured by others on DGX-A100 machines, see each SOURCE.md):
+Sources (``calibration/data/public``, shipped with their licences; measured by others on DGX-A100
+machines, see each SOURCE.md):
 
 - ``splitwise/perf_model_a100.csv`` (Patel et al., ISCA 2024; splitwise-sim @ 8f99e7dc, MIT):
   Llama-2-70B at TP 2/4/8 and BLOOM-176B at TP 8. ``prompt_time`` is the prefill of the whole
@@ -28,6 +29,7 @@ lengths 256/1024/4096; DistServe prompt sizes 256/1024 and batch sizes 2/8/32/96
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +37,19 @@ import pandas as pd
 
 from sim.model.catalog import resolve_gpu, resolve_model
 
-_BESIDE = Path(__file__).resolve().parents[2] / "shared" / "gpu_profiles"
-PROFILES = _BESIDE if _BESIDE.exists() else Path("/work/shared/gpu_profiles")
+PUBLIC = Path(__file__).resolve().parent / "data" / "public"
+
+
+def profiles_root() -> Path:
+    """``$KVSIM_DATA/gpu_profiles`` when set (the full public profiles, Vidur's operators included),
+    else the rows shipped in ``calibration/data/public``."""
+    env = os.environ.get("KVSIM_DATA")
+    if env and (Path(env) / "gpu_profiles").is_dir():
+        return Path(env) / "gpu_profiles"
+    return PUBLIC
+
+
+PROFILES = profiles_root()
 GPU = "a100-80gb"  # DGX-A100 (80 GB) for every end-to-end source here
 MODELS = {"llama2-70b": "llama-2-70b", "bloom-176b": "bloom-176b",
           "facebook/opt-13b": "opt-13b", "facebook/opt-66b": "opt-66b"}
@@ -98,10 +111,10 @@ def _kv_capacity(model: str, tp: int) -> int:
 
 
 def distserve_rows(engine: str, root: Path = PROFILES) -> pd.DataFrame:
-    """``engine``: ``vllm`` (stack ``vllm``) or ``distserve`` (stack ``lean``)."""
+    """``engine``: ``vllm`` (stack ``vllm-2023``) or ``distserve`` (stack ``lean``)."""
     path = root / "distserve" / f"profiler-a100-80g.{engine}.json"
     doc = json.loads(path.read_text())
-    stack, src = ("vllm", "distserve-vllm") if engine == "vllm" else ("lean", "distserve-lean")
+    stack, src = ("vllm-2023", "distserve-vllm") if engine == "vllm" else ("lean", "distserve-lean")
     rows = []
     for name, by_tp in doc.items():
         model = MODELS[name]

@@ -3,7 +3,7 @@
 The GPU side of every row comes from the operator fits (Vidur's A100 profiles) through the very
 model the simulator runs (``CalibratedCost.gpu_time``); only the stack's few terms are fitted::
 
-    t = max(eta[tp] t_gpu, L launch_s) + cpu_s[tp] + per_seq_s B + [prefill] (prefill_s + prefill_n2_s N^2)
+    t = max(eta[tp] t_gpu, L launch_s) + cpu_s[tp] + per_seq_s B + [prefill] (prefill_s + prefill_n2_s sum_i P_i^2)
 
 with ``cpu_s`` and ``eta`` one value per TP degree present (a degree the data lacks is
 interpolated in log2(TP) by ``ServingStack.at_tp``). Least squares on relative error with a soft-L1 loss
@@ -33,7 +33,7 @@ NULL = ServingStack("none", "GPU kernels only", 0.0, 0.0, 0.0, 0.0, ((1, 0.0),),
 # the calibrated model as it was before issue 10: a fixed 2 ms per step, every MLP gated
 LEGACY = ServingStack("legacy", "fixed 2 ms CPU per step", 0.0, 0.0, 0.0, 0.0, ((1, 2e-3),), ((1, 1.0),))
 LAUNCH_STARTS = (1e-5, 2e-4, 4e-4, 6e-4)
-STACKS = {"vllm": "distserve-vllm", "lean": "distserve-lean", "splitwise": "splitwise"}
+STACKS = {"vllm-2023": "distserve-vllm", "lean": "distserve-lean", "splitwise": "splitwise"}
 
 
 def row_batch(r: pd.Series) -> StepBatch:
@@ -60,8 +60,10 @@ def gpu_columns(rows: pd.DataFrame) -> pd.DataFrame:
         g.append(cache[key].gpu_time(row_batch(r)))
         layers.append(cache[key].model.layers)
     pre = rows["kind"] == "prefill"
+    # the squared (attention) prefill term is per sequence: B prompts of P tokens give B P^2
     return rows.assign(t_gpu=g, layers=layers, seqs=rows["batch"],
-                       ptok=np.where(pre, rows["batch"] * rows["prompt"], 0))
+                       ptok=np.where(pre, rows["batch"] * rows["prompt"], 0),
+                       sq=np.where(pre, rows["batch"] * rows["prompt"].astype(float) ** 2, 0.0))
 
 
 class Form:
@@ -73,8 +75,8 @@ class Form:
     def __init__(self, tps: list[int]) -> None:
         self.tps = tps
         k = len(tps)
-        self.scale = np.r_[5e-4, 1e-4, 1e-2, 1e-9, np.full(k, 5e-3), np.ones(k)]
-        self.x0 = np.r_[2e-4, 1e-4, 1e-3, 1e-10, np.full(k, 5e-3), np.ones(k)]
+        self.scale = np.r_[5e-4, 1e-4, 1e-2, 1e-8, np.full(k, 5e-3), np.ones(k)]
+        self.x0 = np.r_[2e-4, 1e-4, 1e-3, 1e-9, np.full(k, 5e-3), np.ones(k)]
 
     def _per_tp(self, th: np.ndarray, tp: np.ndarray, offset: int) -> np.ndarray:
         k = len(self.tps)
@@ -87,9 +89,9 @@ class Form:
     def predict(self, th: np.ndarray, d: pd.DataFrame) -> np.ndarray:
         tp = d["tp"].to_numpy()
         eta = self._per_tp(th, tp, 4 + len(self.tps))
-        pre = d["ptok"].to_numpy(float)
+        pre, sq = d["ptok"].to_numpy(float), d["sq"].to_numpy(float)
         t = np.maximum(eta * d["t_gpu"].to_numpy(), d["layers"].to_numpy() * th[0])
-        return t + self.cpu(th, tp) + th[1] * d["seqs"].to_numpy() + np.where(pre > 0, th[2] + th[3] * pre**2, 0.0)
+        return t + self.cpu(th, tp) + th[1] * d["seqs"].to_numpy() + np.where(pre > 0, th[2] + th[3] * sq, 0.0)
 
     def to_stack(self, th: np.ndarray, name: str, description: str = "", source: str = "",
                  gpu: str = "") -> ServingStack:

@@ -1,6 +1,6 @@
 """How well do A100 fits transfer to a GPU they never saw? Measured on Vidur's H100 operators.
 
-No end-to-end H100 step times are in ``../shared/gpu_profiles`` (the Splitwise table there keeps
+No end-to-end H100 step times are in the operator profiles (``$KVSIM_DATA/gpu_profiles``) (the Splitwise table there keeps
 its A100 rows only), so the transfer is measured where H100 data exists: Vidur's H100 profiles
 of every dense-layer operator (QKV, O, up, down GEMMs + norms, rope, activation, residual adds;
 Llama-2-7B and -70B at TP 1/2/4/8) and of NCCL all-reduce on a DGX-H100. The prediction is the

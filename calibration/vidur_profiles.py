@@ -1,4 +1,4 @@
-"""Reader + fit for Vidur's published operator timings (``../shared/gpu_profiles/vidur``).
+"""Reader + fit for Vidur's published operator timings (``$KVSIM_DATA/gpu_profiles/vidur``).
 
 Source: github.com/microsoft/vidur @ 7d47513, ``data/profiling/`` (MIT; Agrawal et al., MLSys
 2024). Times are per call of one operator on one GPU (one layer), in milliseconds (median column
@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from calibration.nnls_fit import FitResult, fit_terms
+from calibration.public_rows import profiles_root
 from sim.cost.features import (
     ATTN_TERMS,
     ELEM_TERMS,
@@ -27,8 +28,7 @@ from sim.cost.features import (
     gemm_features,
 )
 
-_BESIDE = Path(__file__).resolve().parents[2] / "shared" / "gpu_profiles" / "vidur"
-DEFAULT_ROOT = _BESIDE if _BESIDE.exists() else Path("/work/shared/gpu_profiles/vidur")
+DEFAULT_ROOT = profiles_root() / "vidur"  # operator profiles: only with $KVSIM_DATA (large, not shipped)
 GPU_KEYS = {"a100": "a100-80gb", "h100": "h100"}  # Vidur device name -> our catalog key
 PEAKS = {"a100": (2.039e12, 312e12), "h100": (3.35e12, 989e12)}  # datasheet BW, bf16 FLOP/s
 BLOCK_SIZE = 16  # every Vidur attention row

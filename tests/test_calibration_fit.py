@@ -80,7 +80,7 @@ def test_committed_vidur_fits_drive_the_calibrated_model() -> None:
     assert {s.gpu for s in srcs} >= {"a100-80gb", "h100"}
     assert all(s.doc["source"] != "cpu" for s in srcs)
     m = resolve_model("llama-3.1-8b")
-    a100 = build_cost_model("calibrated", m, resolve_gpu("a100-80gb"), 2)
+    a100 = build_cost_model("calibrated", m, resolve_gpu("a100-80gb"), 2, serving_stack="vllm-2023")  # fitted on A100
     assert basis_of(a100).basis == "fitted" and "vidur profiles a100" in basis_of(a100).detail
     h200 = build_cost_model("calibrated", m, resolve_gpu("h200"), 1)
     assert basis_of(h200).basis == "extrapolated" and "extrapolated" in h200.name

@@ -108,14 +108,16 @@ def test_stack_values_between_fitted_tps_are_interpolated_in_log2_tp() -> None:
     assert st.at_tp(1) == st.at_tp(2) and st.at_tp(16) == st.at_tp(8)  # clamped outside
 
 
-def test_committed_stacks_have_a_band_and_vllm_is_the_default() -> None:
+def test_committed_stacks_have_a_band_and_vllm_v1_is_the_default() -> None:
     stacks = committed_stacks()
-    assert {"vllm", "lean", "splitwise"} <= set(stacks)
+    assert {"vllm-v1", "vllm-0.6", "vllm-2023", "lean", "splitwise"} <= set(stacks)
     for s in stacks.values():
         b = s.band
-        assert b.optimistic < 0 < b.pessimistic <= b.pessimistic_extrapolated
-        assert s.gpu == "a100-80gb" and s.source
-    assert make_config().cost_model == "calibrated" and make_config().serving_stack == "vllm"
+        assert b.optimistic <= 0 <= b.pessimistic <= b.pessimistic_extrapolated
+        assert s.gpu and s.source
+    for name in ("vllm-2023", "lean", "splitwise"):
+        assert stacks[name].gpu == "a100-80gb"
+    assert make_config().cost_model == "calibrated" and make_config().serving_stack == "vllm-v1"
     with pytest.raises(ConfigError, match="--serving-stack 'tgi'"):
         build_cost_model("calibrated", resolve_model("llama-3.1-8b"), A100, 1, serving_stack="tgi")
 
@@ -124,7 +126,7 @@ def test_committed_stacks_have_a_band_and_vllm_is_the_default() -> None:
 
 def test_basis_is_fitted_only_where_measurements_exist() -> None:
     m = resolve_model("llama-3.1-8b")
-    on = {(g.key, tp): basis_of(build_cost_model("calibrated", m, g, tp))
+    on = {(g.key, tp): basis_of(build_cost_model("calibrated", m, g, tp, serving_stack="vllm-2023"))
           for g, tp in ((A100, 1), (A100, 2), (A100, 8), (A100, 16), (H100, 1), (resolve_gpu("l40s"), 1))}
     assert on[("a100-80gb", 1)].basis == on[("a100-80gb", 2)].basis == on[("a100-80gb", 8)].basis == "fitted"
     assert on[("a100-80gb", 16)].basis == "extrapolated"    # no all-reduce or stack data at TP 16
@@ -165,7 +167,7 @@ def test_step_time_scale_multiplies_every_step() -> None:
 def test_fast_forward_stays_bit_identical_under_the_calibrated_model(bundled_trace) -> None:  # type: ignore[no-untyped-def]
     from sim.run.simulate import simulate
 
-    kw = dict(cost_model="calibrated", gpu="a100-80gb", tensor_parallel_size=2, max_model_len=8192)
+    kw = dict(cost_model="calibrated", gpu="h100", tensor_parallel_size=2, max_model_len=8192)  # vllm-v1: fitted on H100
     ff = simulate(make_config(**kw), bundled_trace)
     ex = simulate(make_config(exact_steps=True, **kw), bundled_trace)
     assert ff.requests.equals(ex.requests) and ff.steps.equals(ex.steps)

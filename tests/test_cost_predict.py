@@ -24,7 +24,7 @@ def kvsim(*args: str) -> tuple[int, str]:
 
 def test_json_has_step_cost_model_basis_and_parts() -> None:
     code, out = kvsim("--model", "llama-2-70b", "--gpu", "a100-80gb", "--tp", "4", "--prefill-tokens", "512",
-                      "--batch", "2", "--json")
+                      "--batch", "2", "--serving-stack", "vllm-2023", "--json")
     assert code == 0, out
     doc = json.loads(out)
     assert {"step_s", "cost_model", "basis", "parts"} <= set(doc)
@@ -33,7 +33,8 @@ def test_json_has_step_cost_model_basis_and_parts() -> None:
     lo, hi = doc["band_s"]
     assert lo < doc["step_s"] < hi
     # the same number as the cost model the simulator builds, for the same batch
-    cost = build_cost_model("calibrated", resolve_model("llama-2-70b"), resolve_gpu("a100-80gb"), 4)
+    cost = build_cost_model("calibrated", resolve_model("llama-2-70b"), resolve_gpu("a100-80gb"), 4,
+                            serving_stack="vllm-2023")
     assert doc["step_s"] == cost.step_time(batch_for(prefill_tokens=512, batch=2))
 
 

@@ -38,7 +38,8 @@ def test_pessimistic_edge_slows_steps_by_the_band_and_sizes_for_it() -> None:
 
     edges = band_edges(spec(), [cap(a100, 5.0), cap(h100, 7.0)], DEMAND, search)
     bands = {c.gpu: candidate_basis(c, spec().base) for c in (a100, h100)}
-    assert bands["a100-80gb"].basis == "fitted" and bands["h100"].basis == "extrapolated"
+    # default stack vllm-v1 was fitted end to end on H100 (issue 16): H100 fitted, A100 extrapolated
+    assert bands["h100"].basis == "fitted" and bands["a100-80gb"].basis == "extrapolated"
     # one search per distinct factor (fitted and extrapolated bands differ), each 1 + pessimistic band
     assert sorted(f for f, _ in calls) == sorted(round(1 + b.band[1], 4) for b in bands.values())
     for c in (a100, h100):
@@ -57,10 +58,10 @@ def test_an_exact_cost_model_has_no_band_and_no_extra_search() -> None:
 
 
 def test_table_columns_and_the_recommendation_sentence() -> None:
-    c, s = Candidate("a100-80gb", 1), spec()
+    c, s = Candidate("h100", 1), spec()
     b = candidate_basis(c, s.base)
-    table = pd.DataFrame([{"gpu": "a100-80gb", "tp": 1, "knobs": "defaults", "replicas": 5, "price_per_gpu_hour": 2.0},
-                          {"gpu": "a100-80gb", "tp": 1, "knobs": "max_num_seqs=64", "replicas": 6,
+    table = pd.DataFrame([{"gpu": "h100", "tp": 1, "knobs": "defaults", "replicas": 5, "price_per_gpu_hour": 2.0},
+                          {"gpu": "h100", "tp": 1, "knobs": "max_num_seqs=64", "replicas": 6,
                            "price_per_gpu_hour": 2.0}])
     t = band_columns(table, {c: BandEdge(c, b.basis, b.band, 4.0, 7)}, s)
     assert t.loc[0, "replicas_pessimistic"] == 7 and t.loc[1, "replicas_pessimistic"] is pd.NA

@@ -15,16 +15,24 @@ app = typer.Typer(help="Fit the calibrated step-cost model (GPU timings -> calib
                   no_args_is_help=True)
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "calibration" / "data"
-# the public gpu_profiles are optional large data: found through KVSIM_DATA (or --profiles)
-DEFAULT_PROFILES = Path(os.environ.get("KVSIM_DATA", "$KVSIM_DATA")) / "gpu_profiles"
+PUBLIC = DEFAULT_DATA / "public"  # the rows the fit uses, shipped with their licences
+
+
+def _default_profiles() -> Path:
+    env = os.environ.get("KVSIM_DATA")
+    return Path(env) / "gpu_profiles" if env and (Path(env) / "gpu_profiles").is_dir() else PUBLIC
+
+
+DEFAULT_PROFILES = _default_profiles()
 DEFAULT_VIDUR = DEFAULT_PROFILES / "vidur"
-Profiles = Annotated[Path, typer.Option("--profiles", help="The public gpu_profiles dir (vidur/, splitwise/, distserve/).")]
+Profiles = Annotated[Path, typer.Option("--profiles", help="gpu_profiles dir (default: $KVSIM_DATA/gpu_profiles, "
+                                                           "else calibration/data/public)")]
 
 
 def _check_profiles(root: Path) -> None:
-    for sub in ("vidur/compute", "splitwise", "distserve"):
+    for sub in ("splitwise", "distserve"):
         if not (root / sub).is_dir():
-            raise ConfigError(f"--profiles {root}: no {sub}/ (expected the shared gpu_profiles directory)")
+            raise ConfigError(f"--profiles {root}: no {sub}/ (expected a gpu_profiles directory)")
 
 
 def _write_vidur(gpu: str, doc: dict[str, Any]) -> Path:
@@ -43,15 +51,29 @@ def _fit_public(root: Path, write: bool) -> None:
     from sim.cost.stack import STACKS_PATH, committed_stacks
 
     _check_profiles(root)
-    for gpu in ("a100", "h100"):
-        doc = fit_gpu(root / "vidur", gpu)
-        for line in summary_lines(doc):
-            typer.echo(line)
-        if write:
-            typer.echo(f"wrote {_write_vidur(gpu, doc)}")
-    forget_committed()  # the stack fit below times kernels with the operator fits just written
-    stacks, _ = fit_public(root)
+    if (root / "vidur" / "compute").is_dir():
+        for gpu in ("a100", "h100"):
+            doc = fit_gpu(root / "vidur", gpu)
+            for line in summary_lines(doc):
+                typer.echo(line)
+            if write:
+                typer.echo(f"wrote {_write_vidur(gpu, doc)}")
+        forget_committed()  # the stack fit below times kernels with the operator fits just written
+    else:
+        typer.echo(f"{root}: no Vidur operator profiles (vidur/compute; set KVSIM_DATA): "
+                   "keeping the committed operator fits calibration/data/vidur/*.yaml")
+    stacks, _ = fit_public(root, log=typer.echo)
     for name, s in stacks["stacks"].items():
+        if name == "vllm-v1":
+            for r in s["stages"]:
+                typer.echo(f"stack vllm-v1: {r['stage']}: E2E {r['e2e_fitted_s']:.3f} s vs {r['e2e_measured_s']:.3f} s "
+                           f"measured (held out {r['e2e_heldout_s']:.3f}), TTFT {r['ttft_fitted_s'] * 1e3:.1f} ms vs "
+                           f"{r['ttft_measured_s'] * 1e3:.1f} ms")
+            continue
+        if name == "vllm-0.6":
+            for r in s["heldout"]:
+                typer.echo(f"stack vllm-0.6: held-out {r['gpu']} {r['regime']}: MAPE {r['mape']:.1f}% (n={r['n']})")
+            continue
         held = s["heldout"]["by_regime"]
         typer.echo(f"stack {name}: held-out MAPE " + ", ".join(f"{r} {e['mape_pct']:.1f}% (n={e['n']})"
                                                                for r, e in held.items()))
@@ -62,13 +84,61 @@ def _fit_public(root: Path, write: bool) -> None:
         committed_stacks.cache_clear()
 
 
+Model = Annotated[str | None, typer.Option("--model", help="served model (when the results do not name it)")]
+Tp = Annotated[int, typer.Option("--tp", help="tensor parallel size of the served model")]
+Gpu = Annotated[str, typer.Option("--gpu", help="GPU the results were measured on")]
+Mbt = Annotated[int | None, typer.Option("--max-num-batched-tokens", help="vLLM server argument of the run")]
+Mns = Annotated[int | None, typer.Option("--max-num-seqs", help="vLLM server argument of the run")]
+Mml = Annotated[int | None, typer.Option("--max-model-len", help="vLLM server argument of the run")]
+Window = Annotated[float, typer.Option("--window-s", help="replay the first SECONDS of each stage (0: all)")]
+
+
+def _stages(results: Path, model: str | None, tp: int, gpu: str, mbt: int | None, mns: int | None,
+            mml: int | None) -> list[Any]:
+    from calibration.serving_runs import read_results
+
+    engine = {k: v for k, v in (("max_num_batched_tokens", mbt), ("max_num_seqs", mns), ("max_model_len", mml))
+              if v is not None}
+    if not results.exists():
+        raise ConfigError(f"{results}: no such file or folder")
+    return read_results(results, gpu=gpu, model=model, tp=tp, engine=engine)
+
+
+@app.command()
+def check(
+    results: Annotated[Path, typer.Argument(help="benchmark results: experiments.json (or its folder), "
+                                                 "inference-perf reports, or `vllm bench serve` JSON")],
+    serving_stack: Annotated[str, typer.Option("--serving-stack", help="profile name or YAML")] = "vllm-v1",
+    model: Model = None, tp: Tp = 1, gpu: Gpu = "h100", max_num_batched_tokens: Mbt = None,
+    max_num_seqs: Mns = None, max_model_len: Mml = None, window_s: Window = 150.0,
+) -> None:
+    """Replay every stage of RESULTS through the simulator; print measured vs simulated means."""
+    from calibration.replay import replay
+
+    typer.echo(f"{'stage':58s} {'E2E meas':>9s} {'sim':>8s} {'err':>7s} {'TTFT meas':>10s} {'sim':>8s} {'err':>7s} "
+               f"{'DTPT meas':>10s} {'sim':>8s}  overloaded (meas/sim)")
+    for st in _stages(results, model, tp, gpu, max_num_batched_tokens, max_num_seqs, max_model_len):
+        r = replay(st, serving_stack, window_s=window_s or None)
+        typer.echo(f"{st.key[:58]:58s} {st.e2e_mean:8.3f}s {r.e2e_mean:7.3f}s {100 * (r.e2e_mean / st.e2e_mean - 1):+6.1f}% "
+                   f"{st.ttft_mean * 1e3:8.1f}ms {r.ttft_mean * 1e3:6.1f}ms {100 * (r.ttft_mean / st.ttft_mean - 1):+6.1f}% "
+                   f"{st.dtpt() * 1e3:8.2f}ms {r.dtpt * 1e3:6.2f}ms  {'yes' if st.overloaded else 'no'}/"
+                   f"{'yes' if r.overloaded else 'no'}")
+
+
 @app.command()
 def fit(
     data_dir: Annotated[Path | None, typer.Argument(help="a harness output dir (meta.json + CSVs); "
                                                         "omit to fit the public measurements")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="YAML path (default DATA_DIR/fit.yaml)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="YAML path (default DATA_DIR/fit.yaml; "
+                                                           "--from: stack-profile.yaml)")] = None,
     profiles: Profiles = DEFAULT_PROFILES,
     write: Annotated[bool, typer.Option("--write/--dry-run", help="public fit: write calibration/data/")] = True,
+    from_results: Annotated[Path | None, typer.Option("--from", help="your vLLM benchmark results "
+                                                                     "(as for `kvsim calibrate check`): fit a "
+                                                                     "serving-stack profile YAML on them")] = None,
+    name: Annotated[str, typer.Option("--name", help="--from: the profile's name")] = "my-vllm",
+    model: Model = None, tp: Tp = 1, gpu: Gpu = "h100", max_num_batched_tokens: Mbt = None,
+    max_num_seqs: Mns = None, max_model_len: Mml = None, window_s: Window = 150.0,
 ) -> None:
     """Fit the step-cost model.
 
@@ -78,6 +148,28 @@ def fit(
     calibration/run_gpu.py run): attention / GEMM / KV-write / copy fits of that GPU; simulations
     then use them for that GPU, with the public dense, all-reduce and stack terms filling in.
     """
+    if from_results is not None:
+        from calibration.era_fit import band_of, stage_rows
+        from calibration.v1_fit import fit_v1, leave_one_run_out, stack_entry, write_profile
+
+        stages = _stages(from_results, model, tp, gpu, max_num_batched_tokens, max_num_seqs, max_model_len)
+        res = fit_v1(stages, window_s=window_s or None, log=typer.echo)
+        rows = stage_rows(res, leave_one_run_out(res))
+        entry = stack_entry(res.layout, res.theta, engine=f"your vLLM ({from_results.name})",
+                            description=f"fitted by `kvsim calibrate fit --from {from_results.name}`",
+                            fitted_on={"source": str(from_results.name), "gpu": gpu, "rows": len(rows),
+                                       "refs": [r["stage"] for r in rows]})
+        entry["stages"] = rows
+        import numpy as np
+
+        held = np.array([r["e2e_measured_s"] / r["e2e_heldout_s"] - 1 for r in rows if r["e2e_heldout_s"] == r["e2e_heldout_s"]])
+        if len(held):
+            entry["band"] = band_of(held, len(held), "stages (leave one run out)")
+        path = write_profile(out or Path("stack-profile.yaml"), name, entry)
+        for r in rows:
+            typer.echo(f"{r['stage']}: E2E {r['e2e_fitted_s']:.3f} s vs {r['e2e_measured_s']:.3f} s measured")
+        typer.echo(f"wrote {path} (use: kvsim simulate ... --serving-stack {path})")
+        return
     if data_dir is None:
         _fit_public(profiles, write)
         return

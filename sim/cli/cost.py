@@ -28,7 +28,7 @@ def predict(
     decode: Annotated[bool, typer.Option("--decode", help="A decode step (B sequences, one token each).")] = False,
     block_size: Annotated[int, typer.Option("--block-size", help="KV block size (0 = contiguous slab).")] = 16,
     cost_model: Annotated[str, typer.Option("--cost-model", help="calibrated | roofline | constant:SECONDS")] = "calibrated",
-    serving_stack: Annotated[str, typer.Option("--serving-stack", help="vllm | lean | splitwise")] = "vllm",
+    serving_stack: Annotated[str, typer.Option("--serving-stack", help="vllm-v1 | vllm-0.6 | vllm-2023 | lean | splitwise | FILE.yaml")] = "vllm-v1",
     calibration: Annotated[Path | None, typer.Option("--calibration", help="A harness fit YAML.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:

@@ -45,7 +45,7 @@ Pre = Annotated[str | None, typer.Option("--preemption", help="recompute | swap"
 Swap = Annotated[float | None, typer.Option("--swap-space", help="CPU swap space per GPU in GiB, for --preemption swap (default 4).")]
 Cost = Annotated[str | None, typer.Option("--cost-model", help="calibrated (default) | roofline | constant:SECONDS")]
 Calib = Annotated[str | None, typer.Option("--calibration", help="Path of a fitted calibration YAML.")]
-Stack = Annotated[str | None, typer.Option("--serving-stack", help="calibrated cost model: vllm (default) | lean | splitwise.")]
+Stack = Annotated[str | None, typer.Option("--serving-stack", help="calibrated cost model: vllm-v1 (vllm-0.33 presets) | vllm-0.6 | vllm-2023 (paper-v0) | lean | splitwise | FILE.yaml.")]
 Seed = Annotated[int | None, typer.Option("--seed", help="Seed of the run's random choices, e.g. paper-v0 beam re-forks (default 0).")]
 NGB = Annotated[int | None, typer.Option("--num-gpu-blocks", "--num-gpu-blocks-override", help="Override the block count (includes the null block).")]
 KVM = Annotated[str | None, typer.Option("--kv-memory", help="KV cache size with units, e.g. 50GB or 12GiB.")]

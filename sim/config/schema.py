@@ -31,6 +31,11 @@ PRESETS: dict[str, dict[str, Any]] = {
                      sharing="fork-cow", gpu_memory_utilization=0.90, async_scheduling=False),
 }
 
+#: The serving-stack profile each preset times its steps with (``--serving-stack`` overrides):
+#: the V1 presets a current vLLM (CUDA graphs, multiprocessing workers, fitted on v0.15.1),
+#: ``paper-v0`` the 2023 stack of the paper's figures (sim/cost/stack.py).
+PRESET_STACKS: dict[str, str] = {"vllm-0.33": "vllm-v1", "vllm-v1-legacy": "vllm-v1", "paper-v0": "vllm-2023"}
+
 #: ``--block-size`` values vLLM 0.33 accepts (``BlockSize`` in vllm/config/cache.py; its CLI
 #: refuses others). kvsim simulates any size (the paper's sweeps use 2 and 4) but warns.
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
@@ -105,7 +110,7 @@ class SimConfig(BaseModel):
     # cost and run
     cost_model: str = "calibrated"                  # roofline | constant:SECONDS | calibrated
     calibration: str | None = None
-    serving_stack: str = "vllm"                     # calibrated only: vllm | lean | splitwise (sim/cost/stack.py)
+    serving_stack: str = "vllm-v1"                  # calibrated only; unset: PRESET_STACKS[preset] (sim/cost/stack.py)
     enforce_eager: bool = False                     # vLLM --enforce-eager: no CUDA graphs (launch floor per layer)
     enable_expert_parallel: bool = False            # vLLM --enable-expert-parallel: MoE experts whole per GPU
     step_time_scale: float = Field(1.0, gt=0)       # multiply every step time (kvsim plan's band edge; what-ifs)
@@ -119,7 +124,12 @@ class SimConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _vllm_aliases(cls, data: Any) -> Any:
-        return vllm_aliases(data) if isinstance(data, dict) else data
+        if not isinstance(data, dict):
+            return data
+        data = vllm_aliases(data)
+        if data.get("serving_stack") is None:  # the preset's engine era (issue 16)
+            data = {**data, "serving_stack": PRESET_STACKS.get(str(data.get("preset") or "vllm-0.33"), "vllm-v1")}
+        return data
 
     @field_validator("kv_memory", "activation_memory", "non_torch_memory")
     @classmethod

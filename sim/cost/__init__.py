@@ -34,9 +34,13 @@ DEFAULT_COST_MODEL = "calibrated"
 
 def build_cost_model(
     spec: str, model: ModelSpec, gpu: GpuSpec, tp: int = 1, calibration: Path | None = None,
-    serving_stack: str = "vllm",
+    serving_stack: str | None = None, *, enforce_eager: bool = False, async_scheduling: bool = True,
+    expert_parallel: bool = False,
 ) -> StepCostModel:
-    """``constant:SECONDS`` | ``roofline`` | ``calibrated`` (``serving_stack`` applies to it only)."""
+    """``constant:SECONDS`` | ``roofline`` | ``calibrated``. ``serving_stack`` (None: the default,
+    ``vllm-v1``) and the engine options apply to ``calibrated`` only: ``enforce_eager`` brings
+    back a CUDA-graph stack's launch floor, ``async_scheduling`` hides the scheduler's CPU time
+    behind the GPU, ``expert_parallel`` lays a MoE's experts out whole over the TP GPUs."""
     kind, _, arg = spec.partition(":")
     if kind == "constant":
         try:
@@ -53,5 +57,7 @@ def build_cost_model(
             from sim.cost.calibrated import load_calibrated_cost
         except ImportError:
             raise ConfigError("--cost-model calibrated: calibration support is not installed") from None
-        return load_calibrated_cost(model, gpu, tp, calibration, serving_stack)
+        return load_calibrated_cost(model, gpu, tp, calibration, serving_stack or "vllm-v1",
+                                    enforce_eager=enforce_eager, async_scheduling=async_scheduling,
+                                    expert_parallel=expert_parallel)
     raise ConfigError(f"--cost-model {spec!r}: expected constant:SECONDS, roofline or calibrated")

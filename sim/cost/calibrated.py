@@ -2,10 +2,12 @@
 
 Per step (kernel-and-calibration.md §6.2, with the stack of :mod:`sim.cost.stack`)::
 
-    t_gpu = L (t_attn + t_gemm(QKV, O, up, down) + t_elementwise + t_kv_write)
-            + t_gemm(LM head, rows = sequences) + 2 L t_allreduce(TP)
-    t     = max(eta[tp] t_gpu, L launch_s) + cpu_s[tp] + per_seq_s seqs
-            + [prefill] (prefill_s + prefill_n2_s prefill_tokens^2) + t_swap
+    t_gpu = L (t_attn + t_gemm(QKV, O) + t_elementwise + t_kv_write) + L_dense t_gemm(up, down)
+            + t_moe (sim/cost/moe.py) + t_gemm(LM head, rows = sequences) + 2 L t_allreduce(TP)
+    t     = eta[tp] t_fixed + eta_tok t_dense(N) + eta_attn t_attn(KV, pairs)   (kernel_parts)
+            [max L launch_s when launch-bound] + cpu_s[tp] + per_seq_s seqs
+            + [prefill] (prefill_s + prefill_n2_s sum_i chunk_i^2) + t_swap
+    t     = t + sched (async scheduling off)  |  max(t, sched) (on: the CPU plans step k+1 while k runs)
 
 The up projection is 2 x ffn wide for a gated MLP (``ModelSpec.gated_mlp``), ffn otherwise.
 Each GPU term takes the best calibration file (:mod:`sim.cost.sources`); the model's ``basis``
@@ -22,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sim.cost.batch import CostBasis, StepBatch
+from sim.cost.labels import basis_of_terms, labels_of
+from sim.cost.moe import MoeCost, build_moe, moe_inactive_params, moe_layers
 from sim.cost.roofline import allreduce_time
 from sim.cost.sources import (
     Source,
@@ -33,7 +37,7 @@ from sim.cost.sources import (
     read_calibration,
     resolve,
 )
-from sim.cost.stack import ServingStack, resolve_stack
+from sim.cost.stack import DEFAULT_STACK, ServingStack, resolve_stack
 from sim.errors import ConfigError
 from sim.model.catalog import GpuSpec, ModelSpec
 
@@ -47,33 +51,15 @@ class CalibratedCost:
     """A StepCostModel with every coefficient folded with the model's shapes."""
 
     __slots__ = (
-        "_attn",
-        "_basis",
-        "_cpu",
-        "_d2h",
-        "_dense",
-        "_eta",
-        "_floor",
-        "_fn",
-        "_fs",
-        "_gemms",
-        "_h2d",
-        "_idle",
-        "_lm",
-        "_per_seq",
-        "_pf",
-        "_pf2",
-        "_slab",
-        "gpu",
-        "labels",
-        "model",
-        "stack",
-        "tp",
+        "_async", "_attn", "_basis", "_cpu", "_d2h", "_dense", "_eta", "_eta_attn", "_eta_tok", "_fixed",
+        "_floor", "_fn", "_fs", "_gemms", "_h2d", "_idle", "_lm", "_moe", "_per_seq", "_pf", "_pf2", "_roof",
+        "_sched", "_slab", "gpu", "labels", "model", "stack", "tp",
     )
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, terms: dict[str, Term | None],
                  stack: ServingStack, copy: dict[str, float] | None, basis: CostBasis,
-                 labels: tuple[tuple[str, str], ...]) -> None:
+                 labels: tuple[tuple[str, str], ...], *, enforce_eager: bool = False,
+                 async_scheduling: bool = True, expert_parallel: bool = False) -> None:
         self.model, self.gpu, self.tp, self.stack, self.labels, self._basis = model, gpu, tp, stack, labels, basis
         m, L, nb = model, model.layers, model.dtype_bytes
         hq, hkv, d, ffn = max(1, m.heads // tp), m.kv_heads_per_gpu(tp), m.head_dim, m.ffn // tp
@@ -87,10 +73,14 @@ class CalibratedCost:
 
         self._attn, self._slab = fold(paged.coef), fold(slab.coef)
         up = (2 if m.gated_mlp else 1) * ffn
-        shapes = ((m.hidden, (hq + 2 * hkv) * d), (hq * d, m.hidden), (m.hidden, up), (ffn, m.hidden))
+        dense_mlp = L - moe_layers(m)  # every layer of a dense model; DeepSeek-V3's first three
+        shapes = ((m.hidden, (hq + 2 * hkv) * d, L), (hq * d, m.hidden, L), (m.hidden, up, dense_mlp),
+                  (ffn, m.hidden, dense_mlp))
         gemm = terms["gemm"]
-        self._gemms = tuple(self._gemm_line(gemm, k, mm, L) for k, mm in shapes)
+        self._gemms = tuple(self._gemm_line(gemm, k, mm, n) for k, mm, n in shapes if n)
         self._lm = self._gemm_line(gemm, m.hidden, m.vocab // tp, 1)
+        self._moe: MoeCost | None = build_moe(
+            m, tp, expert_parallel, lambda k, mm, n, wb: self._gemm_line(gemm, k, mm, n, wb))
         elem = terms["elementwise"]
         kvw = 2 * hkv * d * nb * 2 / (ETA_BW * gpu.bandwidth_bps)  # read new K/V + write to cache
         if elem is not None:
@@ -105,18 +95,26 @@ class CalibratedCost:
             dense1 += 2 * L * c.get("c_b", 0.0) * m.hidden * nb
         self._dense = (dense0, dense1, tp > 1 and ar is None)
         self._cpu, self._eta = stack.at_tp(tp)
-        self._floor = L * stack.launch_s
+        self._floor = L * stack.launch_floor(enforce_eager)
+        self._async, self._sched = async_scheduling, (stack.sched_s, stack.sched_per_seq_s)
         self._per_seq, self._pf, self._pf2 = stack.per_seq_s, stack.prefill_s, stack.prefill_n2_s
         self._idle = self._cpu
         self._h2d = 1.0 / ((copy or {}).get("h2d_gbps", gpu.pcie_gbps) * 1e9)
         self._d2h = 1.0 / ((copy or {}).get("d2h_gbps", gpu.pcie_gbps) * 1e9)
         self._fn: dict[int, float] = {}
         self._fs: dict[int, float] = {}
+        self._fixed = self._n_part(0) + self._s_part(0) + self._attn[0]  # token-independent kernel time
+        self._eta_tok = stack.eta_tok or self._eta
+        self._eta_attn = stack.eta_attn or self._eta_tok
+        active = m.params_b * 1e9 - (moe_inactive_params(m) if m.is_moe else 0.0)
+        self._roof = (0.0 if m.is_moe else m.weight_bytes / tp / gpu.bandwidth_bps, 2.0 * active / tp / gpu.flops)
 
-    def _gemm_line(self, gemm: Term | None, k: int, mm: int, times: int) -> tuple[float, ...]:
-        """(c, slope, r_w, r_n, r_f): time(n) = times x (c + slope n + max(r_w + r_n n, r_f n))."""
+    def _gemm_line(self, gemm: Term | None, k: int, mm: int, times: int,
+                   weight_bytes: float | None = None) -> tuple[float, float, float, float, float]:
+        """(c, slope, r_w, r_n, r_f): time(n) = times x (c + slope n + max(r_w + r_n n, r_f n)).
+        ``weight_bytes`` per weight (a quantized expert); activations stay in the model dtype."""
         nb, bw, fl = self.model.dtype_bytes, self.gpu.bandwidth_bps, self.gpu.flops
-        w, act, flops = k * mm * nb, (k + mm) * nb, 2.0 * k * mm
+        w, act, flops = k * mm * (nb if weight_bytes is None else weight_bytes), (k + mm) * nb, 2.0 * k * mm
         if gemm is None:
             return (0.0, 0.0, times * w / (ETA_BW * bw), times * act / (ETA_BW * bw), times * flops / (ETA_C * fl))
         c = [gemm.coef.get(x, 0.0) for x in GEMM_KEYS]
@@ -133,6 +131,8 @@ class CalibratedCost:
         """Everything that depends only on the step's token count (dense layers, all-reduce)."""
         d0, d1, analytic_ar = self._dense
         t = d0 + d1 * n + sum(self._line(g, n) for g in self._gemms)
+        if self._moe is not None:
+            t += self._moe.time(n)
         if analytic_ar:
             t += allreduce_time(self.model, self.gpu, self.tp, n)
         self._fn[n] = t
@@ -151,12 +151,12 @@ class CalibratedCost:
     def basis(self) -> CostBasis:
         return self._basis
 
-    def gpu_time(self, b: StepBatch) -> float:
-        """Kernel time of the step on one GPU (attention, dense, LM head, all-reduce), no stack."""
+    def kernel_parts(self, b: StepBatch) -> tuple[float, float, float]:
+        """(token-independent, dense token-dependent, attention token-dependent) kernel time."""
         (pt, ps, pairs, pctx, dec, dctx, pages, bsz, _, _, _) = b
         n, seqs = pt + dec, ps + dec
         if n == 0:
-            return 0.0
+            return 0.0, 0.0, 0.0
         fn = self._fn.get(n)
         if fn is None:
             fn = self._n_part(n)
@@ -164,22 +164,48 @@ class CalibratedCost:
         if fs is None:
             fs = self._s_part(seqs)
         a0, a_seq, a_row, a_kv, a_fl, a_pg = self._attn if bsz > 0 else self._slab
-        return (a0 + a_seq * seqs + a_row * n + a_kv * (dctx + pctx) + a_fl * (pairs + dctx)
-                + (a_pg * pages if bsz > 0 else 0.0) + fn + fs)
+        attn = (a_seq * seqs + a_row * n + a_kv * (dctx + pctx) + a_fl * (pairs + dctx)
+                + (a_pg * pages if bsz > 0 else 0.0))
+        f0 = self._fixed
+        return f0, fn + fs + a0 - f0, attn
+
+    def gpu_time(self, b: StepBatch) -> float:
+        """Kernel time of the step on one GPU (attention, dense, LM head, all-reduce), no stack."""
+        f, d, a = self.kernel_parts(b)
+        return f + d + a
+
+    def roofline_floor(self, b: StepBatch) -> float:
+        """No step is faster than its dense FLOPs at the datasheet peak (nor, for a dense model,
+        than reading its weights once at peak bandwidth): a stack's efficiency factors fitted on
+        small batches never make a long prefill faster than the GPU can compute it."""
+        n = b.prefill_tokens + b.num_decode_seqs
+        t = self._roof[1] * n
+        return t if t > self._roof[0] else self._roof[0]
+
+    def busy_time(self, b: StepBatch) -> float:
+        """The stack's kernel time of the step (efficiencies applied, roofline floor), no CPU terms."""
+        f, d, a = self.kernel_parts(b)
+        t = self._eta * f + self._eta_tok * d + self._eta_attn * a
+        r = self.roofline_floor(b)
+        return t if t > r else r
 
     def step_time(self, batch: StepBatch) -> float:
         pt, ps, dec, so, si = batch[0], batch[1], batch[4], batch[8], batch[9]
         if pt + dec == 0:
             return self._idle + (self._swap(batch) if so or si else 0.0)
-        t = self._eta * self.gpu_time(batch)
+        t = self.busy_time(batch)
         if t < self._floor:
             t = self._floor
-        t += self._cpu + self._per_seq * (ps + dec)
+        seqs = ps + dec
+        t += self._cpu + self._per_seq * seqs
         if pt:
-            t += self._pf + self._pf2 * pt * pt
+            t += self._pf + self._pf2 * _sq_chunks(batch)
         if so or si:
             t += self._swap(batch)
-        return t
+        sched = self._sched[0] + self._sched[1] * seqs
+        if not self._async:
+            return t + sched
+        return t if t > sched else sched
 
     def decode_step_time(self, seqs: int, block_size: int) -> Callable[[int, int], float]:
         """:meth:`step_time` of a decode-only step of ``seqs`` sequences as a function of its
@@ -209,45 +235,32 @@ class CalibratedCost:
     def parts(self, b: StepBatch) -> dict[str, float]:
         """The step's time split into named parts (seconds); they add up to ``step_time``."""
         gpu = self.gpu_time(b)
-        busy = self._eta * gpu
+        busy = self.busy_time(b)
         launch = max(0.0, self._floor - busy) if b.num_tokens else 0.0
-        pf = (self._pf + self._pf2 * b.prefill_tokens ** 2) if b.prefill_tokens else 0.0
+        pf = (self._pf + self._pf2 * _sq_chunks(b)) if b.prefill_tokens else 0.0
         out = {"gpu_kernels": gpu, "stack_kernel_overhead": busy - gpu, "launch_bound_wait": launch,
                "cpu_step": self._cpu, "cpu_per_seq": self._per_seq * b.num_seqs if b.num_tokens else 0.0,
                "prefill_overhead": pf, "swap": self._swap(b)}
+        rest = sum(out.values())
+        sched = self._sched[0] + self._sched[1] * b.num_seqs if b.num_tokens else 0.0
+        out["scheduler_cpu"] = max(0.0, sched - rest) if self._async else sched
         return out
 
 
-def _labels(terms: dict[str, Term | None], tp: int, copy_label: str, stack: ServingStack) -> tuple[tuple[str, str], ...]:
-    out = [("attention", terms["attention"].label if terms["attention"] else "?"),
-           ("dense", t.label if (t := terms["gemm"]) else "roofline (uncalibrated)"),
-           ("elementwise", t.label if (t := terms["elementwise"]) else "roofline (uncalibrated)")]
-    if tp > 1:
-        out.append(("all-reduce", t.label if (t := terms["allreduce"]) else "analytic (datasheet link)"))
-    out += [("swap", copy_label), ("kv-write", "roofline (uncalibrated)"),
-            ("stack", f"{stack.name}: {stack.source or 'committed profile'}")]
-    return tuple(out)
-
-
-def _basis(gpu: GpuSpec, tp: int, terms: dict[str, Term | None], stack: ServingStack,
-           labels: tuple[tuple[str, str], ...], bands: dict[str, tuple[float, float]]) -> CostBasis:
-    key = ["attention", "gemm"] + (["allreduce"] if tp > 1 else [])
-    own = all((t := terms[k]) is not None and t.own for k in key)
-    stack_tp = tp in stack.fitted_tps
-    basis = "fitted" if own and stack_tp else "extrapolated"
-    how = [f"{n}: {lab}" for n, lab in labels if n not in ("swap", "kv-write")]
-    if not stack_tp:
-        how.append(f"{stack.name} stack fitted at TP {', '.join(map(str, stack.fitted_tps))}; "
-                   f"TP {tp} interpolated in log2(TP)")
-    return CostBasis(basis, "; ".join(how), bands["fitted" if basis == "fitted" else "extrapolated"])
+def _sq_chunks(b: StepBatch) -> float:
+    """Sum over the step's prefill sequences of chunk^2 (attention work, per sequence: never the
+    square of the step's total), from the causal pairs: 2 pairs - tokens = sum c (c + 2 prefix)."""
+    return max(0.0, 2.0 * b.prefill_attn_pairs - b.prefill_tokens)
 
 
 def build_calibrated(model: ModelSpec, gpu: GpuSpec, tp: int, sources: list[Source],
-                     stack: ServingStack | None = None, prefer: Source | None = None) -> CalibratedCost:
-    """``prefer``: a calibration file the user named; its terms win over the committed ones."""
+                     stack: ServingStack | None = None, prefer: Source | None = None,
+                     **options: bool) -> CalibratedCost:
+    """``prefer``: a calibration file the user named; its terms win over the committed ones.
+    ``options``: ``enforce_eager``, ``async_scheduling``, ``expert_parallel``."""
     if not sources:
         raise ConfigError(NO_DATA)
-    stack = stack or resolve_stack("vllm")
+    stack = stack or resolve_stack(DEFAULT_STACK)
     att_src = pick(sources, "attention", gpu, prefer)
     paged = resolve(att_src, "attention", gpu, "paged")
     if paged is None:
@@ -261,15 +274,16 @@ def build_calibrated(model: ModelSpec, gpu: GpuSpec, tp: int, sources: list[Sour
         "elementwise": resolve(pick(sources, "elementwise", gpu, prefer), "elementwise", gpu),
         "allreduce": allreduce_term(sources, gpu, tp, prefer)}
     copy, copy_label = copy_term(sources, gpu, prefer)
-    labels = _labels(terms, tp, copy_label, stack)
+    labels = labels_of(terms, tp, copy_label, stack)
     b = stack.band
     bands = {"fitted": (b.optimistic, b.pessimistic),
              "extrapolated": (b.optimistic_extrapolated, b.pessimistic_extrapolated)}
-    return CalibratedCost(model, gpu, tp, terms, stack, copy, _basis(gpu, tp, terms, stack, labels, bands), labels)
+    return CalibratedCost(model, gpu, tp, terms, stack, copy, basis_of_terms(model, gpu, tp, terms, stack, labels, bands), labels,
+                          **options)
 
 
 def load_calibrated_cost(model: ModelSpec, gpu: GpuSpec, tp: int, calibration: Path | None,
-                         stack: str = "vllm") -> CalibratedCost:
+                         stack: str = DEFAULT_STACK, **options: bool) -> CalibratedCost:
     """Entry point used by ``sim.cost.build_cost_model("calibrated", ...)``.
 
     With ``calibration`` (a harness fit), its terms come first and the committed public fits
@@ -277,7 +291,7 @@ def load_calibrated_cost(model: ModelSpec, gpu: GpuSpec, tp: int, calibration: P
     """
     committed = committed_calibrations()
     if calibration is None:
-        return build_calibrated(model, gpu, tp, committed, resolve_stack(stack))
+        return build_calibrated(model, gpu, tp, committed, resolve_stack(stack), None, **options)
     p = Path(calibration)
     if p.is_dir():
         p = p / "fit.yaml"
@@ -286,4 +300,4 @@ def load_calibrated_cost(model: ModelSpec, gpu: GpuSpec, tp: int, calibration: P
                           "directory with fit.yaml)")
     own = read_calibration(p)
     return build_calibrated(model, gpu, tp, [own, *[s for s in committed if s.gpu != own.gpu]],
-                            resolve_stack(stack), prefer=own)
+                            resolve_stack(stack), prefer=own, **options)

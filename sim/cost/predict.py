@@ -61,7 +61,7 @@ class Prediction:
 
 def predict_step(model: str, gpu: str, tp: int = 1, *, prefill_tokens: int = 0, batch: int = 1,
                  context: int = 0, decode: bool = False, block_size: int = 16,
-                 cost_model: str = DEFAULT_COST_MODEL, serving_stack: str = "vllm",
+                 cost_model: str = DEFAULT_COST_MODEL, serving_stack: str = "vllm-v1",
                  calibration: Path | None = None) -> Prediction:
     """One step's duration for the described batch (see :func:`batch_for`)."""
     if tp < 1:

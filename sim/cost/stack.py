@@ -1,18 +1,25 @@
-"""Serving-stack profiles: what the software around the GPU kernels adds to every step.
+"""Serving-stack profiles: what the software around the GPU kernels adds to every step, by engine era.
 
 The calibrated model times the GPU kernels from operator measurements; the serving stack (its
-scheduler, input preparation, sampling, Ray or RPC hops, Python kernel launches) is a separate,
-named profile, fitted on public end-to-end step times (``calibration/stack_fit.py``)::
+scheduler, input preparation, sampling, Ray or RPC hops, kernel launches) is a separate, named
+profile fitted on public end-to-end measurements of one engine version (``calibration/``)::
 
-    t = max(eta[tp] x t_gpu, layers x launch_s)       GPU busy, or launch-bound (eager stacks)
-        + cpu_s[tp] + per_seq_s x sequences           scheduler, sampling, inputs, outputs, Ray
-        + [prefill step] (prefill_s + prefill_n2_s x prefill_tokens^2)
+    gpu   = eta[tp] x t_gpu, or with eta_tok / eta_attn (0: the same as eta):
+            eta[tp] t_fixed + eta_tok t_dense + eta_attn t_attn, where t_fixed is the step's
+            token-independent kernel time (weights read once, launches), t_dense the rest of the
+            dense layers and t_attn the attention's KV and FLOP terms (CalibratedCost.kernel_parts),
+            or max(gpu, layers x launch_s) when launch-bound
+            (eager stacks; a CUDA-graph stack only under ``enforce_eager``)
+    t     = gpu + cpu_s[tp] + per_seq_s x sequences
+            + [prefill step] (prefill_s + prefill_n2_s x sum over sequences of chunk^2)
+    sched = sched_s + sched_per_seq_s x sequences      scheduler CPU: added to t without async
+            scheduling, hidden behind the GPU with it (t = max(t, sched))
 
-``eta`` is the stack's kernel efficiency relative to the profiled kernels (unfused or older
-kernels, communication that does not overlap). Profiles: ``vllm`` (default; vLLM as measured by
-Vidur's CPU profiles and DistServe's vLLM fits), ``lean`` (DistServe's own low-overhead engine)
-and ``splitwise`` (the unnamed, launch-bound stack of Splitwise's DGX-A100 table). Values for a
-TP degree the data did not cover are interpolated in log2(TP) (``fitted_tps`` says which were).
+Profiles (``calibration/data/stacks.yaml``): ``vllm-v1`` (vLLM >= 0.10, the default of the
+``vllm-0.33`` presets), ``vllm-0.6`` (mid-2024 V0 with CUDA graphs), ``vllm-2023`` (eager, Ray
+at TP >= 2; ``paper-v0``), ``lean``, ``splitwise``; ``vllm`` is a deprecated alias of
+``vllm-2023``. ``--serving-stack FILE.yaml`` reads a profile fitted by ``kvsim calibrate fit
+--from``. Values for a TP degree the data did not cover are interpolated in log2(TP).
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from sim.errors import ConfigError
 
 SCHEMA = "kvsim-stacks/1"
 STACKS_PATH = Path(__file__).resolve().parents[2] / "calibration" / "data" / "stacks.yaml"
-DEFAULT_STACK = "vllm"
+DEFAULT_STACK = "vllm-v1"
+#: deprecated names -> profile (one release of grace; ``kvsim`` prints nothing, the docs say so)
+ALIASES = {"vllm": "vllm-2023"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +62,18 @@ class ServingStack:
     launch_s: float                              # per layer, when launch-bound
     per_seq_s: float
     prefill_s: float
-    prefill_n2_s: float
+    prefill_n2_s: float                          # x sum over prefill sequences of chunk^2
     cpu_s: tuple[tuple[int, float], ...]         # (tp, seconds) at the TP degrees fitted
     eta: tuple[tuple[int, float], ...]           # (tp, efficiency multiplier)
     band: Band = Band()
     source: str = ""                             # the end-to-end rows it was fitted on
     gpu: str = ""                                # the GPU those rows were measured on
+    engine: str = ""                             # engine and version, e.g. "vLLM v0.15.1 (V1 engine)"
+    cuda_graphs: bool = False                    # launch floor only under enforce_eager
+    sched_s: float = 0.0                         # scheduler CPU per step (hidden under async scheduling)
+    sched_per_seq_s: float = 0.0
+    eta_tok: float = 0.0                         # efficiency of the token-dependent dense time (0: eta)
+    eta_attn: float = 0.0                        # efficiency of the attention's token terms (0: eta_tok)
 
     @property
     def fitted_tps(self) -> tuple[int, ...]:
@@ -67,6 +82,10 @@ class ServingStack:
     def at_tp(self, tp: int) -> tuple[float, float]:
         """(cpu_s, eta) at ``tp``: the fitted value, or interpolated in log2(TP), clamped."""
         return _interp(self.cpu_s, tp), _interp(self.eta, tp)
+
+    def launch_floor(self, enforce_eager: bool) -> float:
+        """Per-layer launch floor in force: an eager stack always, a CUDA-graph one when eager."""
+        return self.launch_s if (enforce_eager or not self.cuda_graphs) else 0.0
 
 
 def _interp(points: tuple[tuple[int, float], ...], tp: int) -> float:
@@ -96,8 +115,11 @@ def _stack(name: str, d: dict[str, Any], where: str) -> ServingStack:
             band=Band(float(b.get("optimistic", 0.0)), float(b.get("pessimistic", 0.0)),
                       float(b.get("optimistic_extrapolated", b.get("optimistic", 0.0))),
                       float(b.get("pessimistic_extrapolated", b.get("pessimistic", 0.0))), str(b.get("basis", ""))),
-            source=str(fitted_on.get("source", "")), gpu=str(fitted_on.get("gpu", "")))
-    except (KeyError, TypeError, ValueError) as e:
+            source=str(fitted_on.get("source", "")), gpu=str(fitted_on.get("gpu", "")),
+            engine=str(d.get("engine", "")), cuda_graphs=bool(d.get("cuda_graphs", False)),
+            sched_s=float(c.get("sched_s", 0.0)), sched_per_seq_s=float(c.get("sched_per_seq_s", 0.0)),
+            eta_tok=float(c.get("eta_tok", 0.0)), eta_attn=float(c.get("eta_attn", 0.0)))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ConfigError(f"{where}: serving stack '{name}' is malformed ({e!r})") from None
 
 
@@ -105,8 +127,8 @@ def read_stacks(path: Path) -> dict[str, ServingStack]:
     """Every profile in a ``kvsim-stacks/1`` YAML (``yaml.safe_load`` only)."""
     try:
         doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path}: cannot read serving-stack profiles ({e})") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot read serving-stack profiles ({str(e).splitlines()[0]})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("stacks"), dict):
         raise ConfigError(f"{path}: not a {SCHEMA} file")
     return {str(k): _stack(str(k), v, str(path)) for k, v in doc["stacks"].items()}
@@ -120,7 +142,19 @@ def committed_stacks() -> dict[str, ServingStack]:
 
 
 def resolve_stack(name: str) -> ServingStack:
+    """A committed profile by name (or a deprecated alias), or the one profile of a YAML file
+    written by ``kvsim calibrate fit --from`` (a file with several takes its first)."""
+    if name.endswith((".yaml", ".yml")):
+        p = Path(name)
+        if not p.exists():
+            raise ConfigError(f"--serving-stack {name}: no such file")
+        stacks = read_stacks(p)
+        if not stacks:
+            raise ConfigError(f"--serving-stack {name}: the file holds no profile")
+        return next(iter(stacks.values()))
     stacks = committed_stacks()
-    if name not in stacks:
-        raise ConfigError(f"--serving-stack {name!r}: expected one of {', '.join(stacks)}")
-    return stacks[name]
+    key = ALIASES.get(name, name)
+    if key not in stacks:
+        raise ConfigError(f"--serving-stack {name!r}: expected one of {', '.join(stacks)} "
+                          "(or a profile YAML from `kvsim calibrate fit --from`)")
+    return stacks[key]

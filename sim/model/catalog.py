@@ -52,6 +52,13 @@ class ModelSpec:
     kv_cache_dtype_bytes: int | None = None
     # MLP with a gate (gate + up projections: Llama, Qwen) or one up projection (OPT, BLOOM); sim/model/mlp.py
     gated_mlp: bool = True
+    # mixture of experts (sim/cost/moe.py): routed experts, top-k, one expert's width, shared experts,
+    # leading dense layers (DeepSeek-V3: 3, with the dense ``ffn``); num_experts 0 = a dense model
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_ffn: int = 0
+    shared_experts: int = 0
+    dense_layers: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layer_pattern", tuple(self.layer_pattern))
@@ -59,6 +66,12 @@ class ModelSpec:
         if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
             raise ConfigError(f"model {self.key}: MLA needs both kv_lora_rank and qk_rope_head_dim")
         check_layout(self.key, self.layer_pattern, self.sliding_window, self.attention_chunk_size, self.is_mla)
+        if self.num_experts and not (0 < self.experts_per_token <= self.num_experts):
+            raise ConfigError(f"model {self.key}: experts_per_token must be in 1..num_experts ({self.num_experts})")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
 
     @property
     def is_mla(self) -> bool:

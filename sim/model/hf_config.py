@@ -123,4 +123,14 @@ def hf_shape_fields(cfg: dict[str, Any], layers: int, hidden: int, heads: int, k
     if quant is not None and quant.method == "mxfp4" and moe is not None:
         quant = replace(quant, quantized_params_b=moe[1] / 1e9)
     out["quantization"] = quant
+    if moe is not None:  # routing, for the MoE cost path (sim/cost/moe.py)
+        experts = _int(cfg, "n_routed_experts", where) or _int(cfg, "num_local_experts", where) \
+            or _int(cfg, "num_experts", where) or 0
+        k = _int(cfg, "num_experts_per_tok", where) or _int(cfg, "moe_topk", where) or 1
+        shared = _int(cfg, "n_shared_experts", where)
+        if shared is None:
+            shared = 1 if cfg.get("model_type") in ("llama4", "llama4_text") else 0
+        out.update(num_experts=experts, experts_per_token=min(k, experts),
+                   expert_ffn=_int(cfg, "moe_intermediate_size", where) or ffn, shared_experts=shared,
+                   dense_layers=_int(cfg, "first_k_dense_replace", where) or 0)
     return out

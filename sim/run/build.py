@@ -102,7 +102,9 @@ def build(cfg: SimConfig) -> Components:
     kv = make_allocator(cfg, budget, fork, model)
     sched = make_scheduler(cfg, budget, kv, fork)
     cost = build_cost_model(cfg.cost_model, model, gpu, cfg.tensor_parallel_size,
-                            Path(cfg.calibration) if cfg.calibration else None, cfg.serving_stack)
+                            Path(cfg.calibration) if cfg.calibration else None, cfg.serving_stack,
+                            enforce_eager=cfg.enforce_eager, async_scheduling=bool(cfg.resolved("async_scheduling")),
+                            expert_parallel=cfg.enable_expert_parallel)
     if cfg.step_time_scale != 1.0:
         cost = ScaledCost(cost, cfg.step_time_scale)
     return Components(budget, kv, sched, cost)

@@ -1,0 +1,74 @@
+"""The report's tables for the current-era stacks (``vllm-v1``, ``vllm-0.6``), read from the committed
+``calibration/data/stacks.yaml`` (``kvsim calibrate fit`` writes them; nothing is refitted here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _e(pred: float, meas: float) -> str:
+    return "-" if pred != pred else f"{100 * (pred / meas - 1):+.1f}%"
+
+
+def v1_tables(s: dict[str, Any]) -> list[str]:
+    rows = s["stages"]
+    out = ["| stage (model, TP, rate) | E2E measured | fitted | err | held out | err | TTFT measured | fitted | err "
+           "| held out | err | decode ms/token measured | fitted |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(
+            f"| {r['stage'].split('-', 2)[-1]} | {r['e2e_measured_s']:.3f} s | {r['e2e_fitted_s']:.3f} s | "
+            f"{_e(r['e2e_fitted_s'], r['e2e_measured_s'])} | {r['e2e_heldout_s']:.3f} s | "
+            f"{_e(r['e2e_heldout_s'], r['e2e_measured_s'])} | {r['ttft_measured_s'] * 1e3:.1f} ms | "
+            f"{r['ttft_fitted_s'] * 1e3:.1f} ms | {_e(r['ttft_fitted_s'], r['ttft_measured_s'])} | "
+            f"{r['ttft_heldout_s'] * 1e3:.1f} ms | {_e(r['ttft_heldout_s'], r['ttft_measured_s'])} | "
+            f"{r['dtpt_measured_ms']:.2f} | {r['dtpt_fitted_ms']:.2f} |")
+    fe = [abs(r["e2e_fitted_s"] / r["e2e_measured_s"] - 1) * 100 for r in rows]
+    he = [abs(r["e2e_heldout_s"] / r["e2e_measured_s"] - 1) * 100 for r in rows]
+    ft = [abs(r["ttft_fitted_s"] / r["ttft_measured_s"] - 1) * 100 for r in rows]
+    ht = [abs(r["ttft_heldout_s"] / r["ttft_measured_s"] - 1) * 100 for r in rows]
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    out += ["", f"Median |error| over the {len(rows)} stages: E2E {med(fe):.1f}% fitted, {med(he):.1f}% held out "
+                f"(max {max(fe):.1f}% / {max(he):.1f}%); TTFT {med(ft):.1f}% fitted, {med(ht):.1f}% held out "
+                f"(max {max(ft):.1f}% / {max(ht):.1f}%)."]
+    over = s.get("overloaded") or []
+    if over:
+        out += ["", "| overloaded stage | sent | failed (measured) | served / offered req/s (measured) | "
+                    "simulated: overloaded? | simulated queue wait, last quarter of arrivals |", "|---|---:|---:|---:|---|---:|"]
+        for o in over:
+            out.append(f"| {o['stage'].split('-', 2)[-1]} | {o['sent']} | {o['measured_failures']} | "
+                       f"{o['measured_served_rate']:.2f} / {o['rate']:g} | {'yes' if o['sim_overloaded'] else 'no'} | "
+                       f"{o['sim_queue_wait_last_quarter_s']:.1f} s |")
+    return out
+
+
+def v06_tables(s: dict[str, Any]) -> list[str]:
+    out = ["| GPU | regime | held-out MAPE | (mean signed) | n | train MAPE | n |", "|---|---|---:|---:|---:|---:|---:|"]
+    train = {(r["gpu"], r["regime"]): r for r in s["train"]}
+    for r in s["heldout"]:
+        t = train.get((r["gpu"], r["regime"]))
+        out.append(f"| {r['gpu']} | {r['regime']} | {r['mape']:.1f}% | {r['signed']:+.1f}% | {r['n']} | "
+                   + (f"{t['mape']:.1f}% | {t['n']} |" if t else "- | 0 |"))
+    out += ["", "Leave one model out (fit on every row of the other dense models' training lengths, predict all "
+                "rows of this one):", "", "| model left out | MAPE | n |", "|---|---:|---:|"]
+    out += [f"| {r['model']} | {r['mape']:.1f}% | {r['n']} |" for r in s["leave_one_model_out"]]
+    moe = s.get("moe_heldout") or []
+    if moe:
+        out += ["", "MoE, never fitted (Mixtral-8x7B through the MoE path of `sim/cost/moe.py`):", "",
+                "| GPU | TP | MAPE | (mean signed) | n |", "|---|---:|---:|---:|---:|"]
+        out += [f"| {r['gpu']} | {r['tp']} | {r['mape']:.1f}% | {r['signed']:+.1f}% | {r['n']} |" for r in moe]
+    return out
+
+
+def coefficient_table(stacks: dict[str, Any]) -> list[str]:
+    out = ["| stack | engine | eta (fixed) | eta_tok | eta_attn | cpu per step by TP | per seq | prefill step | "
+           "CUDA graphs | band (coverage on held-out) |", "|---|---|---:|---:|---:|---|---:|---:|---|---|"]
+    for name in ("vllm-v1", "vllm-0.6"):
+        s = stacks[name]
+        c, b = s["coef"], s["band"]
+        by = ", ".join(f"TP {t}: {v['cpu_s'] * 1e3:.2f} ms" for t, v in s["by_tp"].items())
+        eta = next(iter(s["by_tp"].values()))["eta"]
+        out.append(f"| {name} | {s['engine']} | {eta:.3f} | {c['eta_tok']:.3f} | {c['eta_attn']:.3f} | {by} | "
+                   f"{c['per_seq_s'] * 1e6:.1f} µs | {c['prefill_s'] * 1e3:.2f} ms | yes | "
+                   f"{b['optimistic'] * 100:+.0f}% / {b['pessimistic'] * 100:+.0f}% ({b.get('coverage_pct', 0):.0f}%) |")
+    return out

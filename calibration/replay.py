@@ -1,0 +1,161 @@
+"""Replay a measured serving stage through the simulator itself and read its per-stage means.
+
+The trace (one seeded numpy Generator, :func:`stage_trace`):
+
+- arrivals: every 1 / rate seconds (inference-perf ``constant``) or Poisson, for the stage's
+  duration or the first ``window_s`` seconds of it;
+- prompt lengths drawn from the measured quantiles (inverse CDF, linear between quantiles);
+- output lengths: the requested max_tokens under ``ignore_eos`` (see ``Stage.output_tokens``),
+  else drawn from the measured quantiles;
+- shared system prompts: each request picks one of ``groups`` prompts; its full blocks are
+  Mooncake-style hash ids shared by the group, so vLLM's prefix cache hits them as it did.
+
+:func:`replay` runs the stage with the serving stack given (a name or a profile YAML) and also
+records, per step, the stack's inputs (kernel time, sequences, a prefill flag), so the fit can
+move the stack's coefficients along the measured schedule (``calibration/v1_fit.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from calibration.serving_runs import Stage
+from sim.config.schema import SimConfig, make_config
+from sim.cost.batch import CostBasis, StepBatch, basis_of
+from sim.io.ingest import make_requests
+from sim.io.results import request_frame
+from sim.run.build import build, new_replica
+from workloads.schema import Trace, validate
+
+BLOCK = 16
+WARMUP_FRACTION = 0.1       # requests of the first 10 % of the window are not measured (empty server)
+OVERLOAD_WAIT_S = 2.0       # mean queueing delay of the last quarter of arrivals above this: overloaded
+# d step_time / d (eta, eta_tok, eta_attn, cpu_s, per_seq_s, prefill_s): token-independent kernel
+# time, token-dependent dense time, attention time, 1, sequences, 1 if the step prefills
+FEATURES = ("kernel_fixed", "kernel_dense", "kernel_attention", "step", "seq", "prefill")
+
+
+def _inverse_cdf(q: tuple[tuple[float, float], ...], u: np.ndarray) -> np.ndarray:
+    qs, vs = np.array([a for a, _ in q]), np.array([b for _, b in q])
+    return np.interp(u, qs, vs)
+
+
+def stage_trace(st: Stage, rng: np.random.Generator, window_s: float | None = None,
+                outputs: str = "auto") -> Trace:
+    dur = st.duration_s if window_s is None else min(st.duration_s, window_s)
+    n = max(1, round(st.rate * dur))
+    if st.arrival == "constant":
+        arrival = np.arange(n) / st.rate
+    else:
+        arrival = np.cumsum(rng.exponential(1.0 / st.rate, n)) - 0.0
+    prompt = np.maximum(1, np.rint(_inverse_cdf(st.prompt_q, rng.random(n)))).astype(np.int64)
+    if outputs in ("auto", "requested") and st.ignore_eos and st.requested_output:
+        out = np.full(n, st.requested_output, dtype=np.int64)
+    else:
+        out = np.maximum(1, np.rint(_inverse_cdf(st.output_q, rng.random(n)))).astype(np.int64)
+    cols: dict[str, Any] = dict(arrival_s=arrival, prompt_tokens=prompt, output_tokens=out)
+    if st.groups > 0 and st.system_prompt_len >= BLOCK:
+        grp = rng.integers(0, st.groups, n)
+        shared = st.system_prompt_len // BLOCK
+        cols["hash_ids"] = [[int(g) * 1_000 + j for j in range(min(shared, -(-int(p) // BLOCK)))]
+                            + [1_000_000 + i * 4_096 + j for j in range(max(0, -(-int(p) // BLOCK) - shared))]
+                            for i, (g, p) in enumerate(zip(grp, prompt, strict=True))]
+        cols["tokens_per_hash"] = BLOCK
+    return Trace(validate(pd.DataFrame(cols), st.key), st.key, "replay")
+
+
+def stage_config(st: Stage, stack: str, **kw: Any) -> SimConfig:
+    e = st.engine
+    return make_config(where=st.key, model=st.model, gpu=st.gpu, tensor_parallel_size=st.tp,
+                       max_num_batched_tokens=e.get("max_num_batched_tokens"), max_num_seqs=e.get("max_num_seqs"),
+                       max_model_len=e.get("max_model_len"), gpu_memory_utilization=0.9, serving_stack=stack,
+                       block_size=BLOCK, **kw)
+
+
+class Recorder:
+    """A StepCostModel that times with ``inner`` and keeps each step's stack inputs."""
+
+    __slots__ = ("inner", "rows")
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.rows: list[tuple[float, ...]] = []
+
+    @property
+    def name(self) -> str:
+        return str(self.inner.name)
+
+    @property
+    def basis(self) -> CostBasis:
+        return basis_of(self.inner)
+
+    def step_time(self, batch: StepBatch) -> float:
+        t = float(self.inner.step_time(batch))
+        f, d, a = self.inner.kernel_parts(batch)
+        floor = 0.0
+        if f + d + a and self.inner.busy_time(batch) <= self.inner.roofline_floor(batch) * (1 + 1e-9):
+            f = d = a = 0.0  # at the roofline floor: the kernel coefficients do not move this step
+            floor = self.inner.roofline_floor(batch)
+        busy = 1.0 if batch.num_tokens else 0.0
+        self.rows.append((f, d, a, busy, float(batch.num_seqs) * busy, 1.0 if batch.prefill_tokens else 0.0, floor))
+        return t
+
+
+@dataclass(frozen=True, slots=True)
+class StageResult:
+    stage: Stage
+    e2e_mean: float
+    ttft_mean: float
+    out_mean: float
+    overloaded: bool
+    wait_last_s: float
+    grad_e2e: np.ndarray          # d mean E2E / d FEATURES' coefficients, schedule held
+    grad_ttft: np.ndarray
+    n: int
+    unfinished: int
+
+    @property
+    def dtpt(self) -> float:
+        return (self.e2e_mean - self.ttft_mean) / max(1.0, self.out_mean - 1)
+
+
+def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150.0, outputs: str = "auto",
+           **cfg_kw: Any) -> StageResult:
+    cfg = stage_config(st, stack, seed=seed, **cfg_kw)
+    trace = stage_trace(st, np.random.default_rng(seed), window_s, outputs)
+    parts = build(cfg)
+    rec = Recorder(parts.cost)
+    parts = parts._replace(cost=rec)
+    reqs = make_requests(trace, cfg)
+    env = simpy.Environment()
+    rep = new_replica(env, cfg, parts=parts)
+    rep.submit_all(reqs)
+    env.run()
+    q = request_frame(reqs)
+    steps = rep.log.frame()
+    ends = (steps["start_s"] + steps["duration_s"]).to_numpy()
+    feats = np.asarray(rec.rows, dtype=np.float64).reshape(-1, len(FEATURES) + 1)[:, :len(FEATURES)]
+    if len(feats) != len(ends):  # every step is timed once; keep the fit honest if that ever changes
+        raise RuntimeError(f"{st.key}: {len(feats)} timed steps vs {len(ends)} logged")
+    cum = np.vstack([np.zeros((1, feats.shape[1])), np.cumsum(feats, axis=0)])
+    t_end = float(trace.df["arrival_s"].max())
+    done = q[q["status"] == "finished"] if "status" in q else q
+    meas = done[done["arrival_s"] >= WARMUP_FRACTION * t_end]
+    a = meas["arrival_s"].to_numpy()
+    lo = np.searchsorted(ends, a, "right")
+    g_e2e = (cum[np.searchsorted(ends, meas["finish_s"].to_numpy() - 1e-12, "right") + 1] - cum[lo]).mean(axis=0) \
+        if len(meas) else np.zeros(len(FEATURES))
+    g_ttft = (cum[np.searchsorted(ends, meas["first_token_s"].to_numpy() - 1e-12, "right") + 1] - cum[lo]).mean(axis=0) \
+        if len(meas) else np.zeros(len(FEATURES))
+    last = q[q["arrival_s"] >= 0.75 * t_end]
+    wait = float((last["first_scheduled_s"] - last["arrival_s"]).fillna(math.inf).mean()) if len(last) else 0.0
+    unfinished = int(len(q) - len(done))
+    return StageResult(st, float(meas["e2e_s"].mean()), float(meas["ttft_s"].mean()),
+                       float(meas["output_tokens"].mean()), wait > OVERLOAD_WAIT_S or unfinished > 0, wait,
+                       g_e2e, g_ttft, len(meas), unfinished)
