@@ -70,11 +70,26 @@ def test_quiet_steps_with_prefix_sharing_on_mooncake(kernels: list[StepKernel], 
     assert kernels[0].bulk_steps > 0
 
 
-@pytest.mark.parametrize("spec", ["calibrated", "roofline", "constant:0.02"])
+CALIBRATED = {  # every serving stack, async scheduling on and off, eager, a MoE model
+    "vllm-v1 async": dict(serving_stack="vllm-v1"),
+    "vllm-v1 sync": dict(serving_stack="vllm-v1", async_scheduling=False),
+    "vllm-v1 eager": dict(serving_stack="vllm-v1", enforce_eager=True),
+    "vllm-0.6": dict(serving_stack="vllm-0.6"),
+    "vllm-2023": dict(serving_stack="vllm-2023", async_scheduling=False),
+    "lean": dict(serving_stack="lean"),
+    "mixtral (MoE)": dict(model="mixtral-8x7b", gpu="h100"),
+}
+
+
+@pytest.mark.parametrize("spec", ["calibrated", "roofline", "constant:0.02", *[f"calibrated/{k}" for k in CALIBRATED]])
 @pytest.mark.parametrize("block_size", [16, 4, 0])
 def test_decode_step_time_equals_step_time_bit_for_bit(spec: str, block_size: int) -> None:
     """The folded decode-only function returns the very float ``step_time`` returns."""
-    cost = build_cost_model(spec, resolve_model("llama-2-70b"), resolve_gpu("a100-80gb"), 2)
+    kind, _, variant = spec.partition("/")
+    kw: dict[str, Any] = dict(CALIBRATED.get(variant, {}))
+    model, gpu = resolve_model(kw.pop("model", "llama-2-70b")), resolve_gpu(kw.pop("gpu", "a100-80gb"))
+    cost = build_cost_model(kind, model, gpu, 2, **kw)
+    spec = kind
     assert isinstance(cost, DecodeTimes) == (spec == "calibrated")
     rng = random.Random(7)
     for seqs in (1, 2, 7, 64, 128, 255):

@@ -54,7 +54,7 @@ def build_cost_model(
         return RooflineCost(model, gpu, tp)
     if kind == "calibrated":
         try:
-            from sim.cost.calibrated import load_calibrated_cost
+            from sim.cost.calibrated_load import load_calibrated_cost
         except ImportError:
             raise ConfigError("--cost-model calibrated: calibration support is not installed") from None
         return load_calibrated_cost(model, gpu, tp, calibration, serving_stack or "vllm-v1",

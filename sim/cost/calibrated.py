@@ -21,7 +21,6 @@ shapes here, and the token-count-dependent dense part is memoised per token coun
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from sim.cost.batch import CostBasis, StepBatch
 from sim.cost.labels import basis_of_terms, labels_of
@@ -31,10 +30,8 @@ from sim.cost.sources import (
     Source,
     Term,
     allreduce_term,
-    committed_calibrations,
     copy_term,
     pick,
-    read_calibration,
     resolve,
 )
 from sim.cost.stack import DEFAULT_STACK, ServingStack, resolve_stack
@@ -210,7 +207,8 @@ class CalibratedCost:
     def decode_step_time(self, seqs: int, block_size: int) -> Callable[[int, int], float]:
         """:meth:`step_time` of a decode-only step of ``seqs`` sequences as a function of its
         context tokens and pages (fast-forward, :mod:`sim.cost.bulk`): the terms that do not
-        depend on them folded once, the rest the same float operations in the same order."""
+        depend on them folded once, the rest the same float operations in the same order as
+        :meth:`kernel_parts`, :meth:`busy_time` and :meth:`step_time`."""
         fn = self._fn.get(seqs)
         if fn is None:
             fn = self._n_part(seqs)
@@ -218,14 +216,27 @@ class CalibratedCost:
         if fs is None:
             fs = self._s_part(seqs)
         a0, a_seq, a_row, a_kv, a_fl, a_pg = self._attn if block_size > 0 else self._slab
-        head = a0 + a_seq * seqs + a_row * seqs  # gpu_time's first three terms (n == seqs)
-        eta, floor, tail = self._eta, self._floor, self._cpu + self._per_seq * seqs
+        f0 = self._fixed
+        head = a_seq * seqs + a_row * seqs  # kernel_parts' attention, first two terms (n == seqs)
         if block_size <= 0:
-            a_pg = 0.0  # gpu_time adds 0.0 for a contiguous KV (0.0 * pages == 0.0)
+            a_pg = 0.0  # kernel_parts adds 0.0 for a contiguous KV (0.0 * pages == 0.0)
+        dense = self._eta * f0 + self._eta_tok * (fn + fs + a0 - f0)  # busy_time, first two terms
+        eta_attn = self._eta_attn
+        t_r = self._roof[1] * seqs
+        roof = t_r if t_r > self._roof[0] else self._roof[0]
+        floor, tail = self._floor, self._cpu + self._per_seq * seqs
+        sched, is_async = self._sched[0] + self._sched[1] * seqs, self._async
 
         def time(ctx: int, pages: int) -> float:
-            t = eta * (head + a_kv * ctx + a_fl * ctx + a_pg * pages + fn + fs)
-            return (floor if t < floor else t) + tail
+            t = dense + eta_attn * (head + a_kv * ctx + a_fl * (0.0 + ctx) + a_pg * pages)
+            if t < roof:
+                t = roof
+            if t < floor:
+                t = floor
+            t += tail
+            if not is_async:
+                return t + sched
+            return t if t > sched else sched
 
         return time
 
@@ -281,23 +292,3 @@ def build_calibrated(model: ModelSpec, gpu: GpuSpec, tp: int, sources: list[Sour
     return CalibratedCost(model, gpu, tp, terms, stack, copy, basis_of_terms(model, gpu, tp, terms, stack, labels, bands), labels,
                           **options)
 
-
-def load_calibrated_cost(model: ModelSpec, gpu: GpuSpec, tp: int, calibration: Path | None,
-                         stack: str = DEFAULT_STACK, **options: bool) -> CalibratedCost:
-    """Entry point used by ``sim.cost.build_cost_model("calibrated", ...)``.
-
-    With ``calibration`` (a harness fit), its terms come first and the committed public fits
-    fill in what it lacks (dense, all-reduce, elementwise for the GPUs Vidur profiled).
-    """
-    committed = committed_calibrations()
-    if calibration is None:
-        return build_calibrated(model, gpu, tp, committed, resolve_stack(stack), None, **options)
-    p = Path(calibration)
-    if p.is_dir():
-        p = p / "fit.yaml"
-    if not p.exists():
-        raise ConfigError(f"--calibration {calibration}: no such file (expected a fit YAML or a "
-                          "directory with fit.yaml)")
-    own = read_calibration(p)
-    return build_calibrated(model, gpu, tp, [own, *[s for s in committed if s.gpu != own.gpu]],
-                            resolve_stack(stack), prefer=own, **options)
