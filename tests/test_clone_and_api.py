@@ -59,7 +59,8 @@ def test_a_missing_field_error_names_the_schema(tmp_path: Path) -> None:
 
 
 WORKPLACE = re.compile(r"/work/|\.\./shared|parents\[\d\] / \"shared\"|parent / \"shared\"")
-SCANNED = ("sim", "tests", "bench", "notebooks", "workloads", "kvsim", ".ci", "Makefile", "README.md", "pyproject.toml")
+SCANNED = ("sim", "tests", "bench", "notebooks", "workloads", "calibration", "reports", "kvsim", ".ci", "Makefile",
+           "README.md", "pyproject.toml")
 
 
 def test_no_file_names_a_path_of_the_team_machines() -> None:
