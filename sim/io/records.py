@@ -35,6 +35,8 @@ STEP_COLUMNS = StepRecord._fields
 record_from_tuple = partial(tuple.__new__, StepRecord)
 """``StepRecord`` from a tuple in field order, without the keyword machinery (the hot path)."""
 _FLOAT = {"start_s", "duration_s"}
+STEP_DTYPE = np.dtype([(c, np.float64 if c in _FLOAT else np.int64) for c in STEP_COLUMNS])
+"""One step record as a numpy record (``frame`` and :mod:`sim.io.stream` convert with it)."""
 
 
 class StepLog:
@@ -50,6 +52,5 @@ class StepLog:
         return len(self.rows)
 
     def frame(self) -> pd.DataFrame:
-        cols = list(zip(*self.rows, strict=True)) if self.rows else [() for _ in STEP_COLUMNS]
-        return pd.DataFrame({name: np.asarray(col, dtype=np.float64 if name in _FLOAT else np.int64)
-                             for name, col in zip(STEP_COLUMNS, cols, strict=True)})
+        a = np.fromiter(self.rows, dtype=STEP_DTYPE, count=len(self.rows))  # one C pass over the tuples
+        return pd.DataFrame({name: a[name] for name in STEP_COLUMNS})
