@@ -190,7 +190,7 @@ def request_columns(reqs: Sequence[Request]) -> pd.DataFrame:
     arr, out_t = col("arrival_s", np.float64), col("output_tokens", np.int64)
     capped = col("length_capped", bool)
     finish = np.where(st == Status.REJECTED, "rejected",
-                      np.where(st != Status.FINISHED, None, np.where(capped, "length", "stop")))
+                      np.where(st != Status.FINISHED, np.array(None, dtype=object), np.where(capped, "length", "stop")))
     return pd.DataFrame({
         "arrival_s": arr, "prompt_tokens": col("prompt_tokens", np.int64), "output_tokens": out_t,
         "status": status.astype(object),

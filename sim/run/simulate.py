@@ -39,6 +39,7 @@ from sim.io.summary import (
 from sim.memory.budget import KvBudget
 from sim.request import Request
 from sim.run.build import build, new_replica
+from sim.run.static import content_hash_of
 from sim.sched.plan import PrefixStats
 from workloads.schema import Trace
 
@@ -140,7 +141,7 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
     summary = dataclasses.replace(
         summarize(cfg, parts.budget, parts.cost.name, requests_df, stats, counters),
         timings=Timings(round(load_s, 4), round(sim_s, 4), 0.0), kv_offload=kv_offload_of(kv, counters.prefix),
-        trace=TraceInfo(trace.path, trace.format, trace.num_requests, trace.content_hash,
+        trace=TraceInfo(trace.path, trace.format, trace.num_requests, content_hash_of(trace),
                         trace.num_bad_rows, trace.notes))
     tables = "full" if sink is None else "streamed" if stream_to is not None else "summary"
     return SimResult(cfg, parts.budget, parts.cost.name, requests_df, steps, summary, tables, stream_to)

@@ -26,6 +26,7 @@ from sim.cost.scaled import ScaledCost
 from sim.memory.budget import KvBudget, compute_budget, model_for
 from sim.memory.draft_kv import with_draft_kv
 from sim.model.catalog import ModelSpec, resolve_gpu, resolve_model
+from workloads.schema import Trace
 
 MAX_ENTRIES = 256  # per cache and process; a full cache is emptied (no partial eviction order)
 
@@ -82,3 +83,21 @@ def clear() -> None:
     """Forget every cached part (tests; after editing a catalog in place)."""
     _BUDGETS.clear()
     _COSTS.clear()
+    _HASHES.clear()
+
+
+_HASHES: dict[int, tuple[Trace, str]] = {}
+
+
+def content_hash_of(trace: Trace) -> str:
+    """``trace.content_hash`` (a pass over every row) once per process and trace object.
+
+    Keyed by identity; the entry holds the trace, so its id is never reused while cached.
+    A trace is frozen and its frame is not edited in place once loaded.
+    """
+    got = _HASHES.get(id(trace))
+    if got is None or got[0] is not trace:
+        if len(_HASHES) >= MAX_ENTRIES:
+            _HASHES.clear()
+        got = _HASHES[id(trace)] = (trace, trace.content_hash)
+    return got[1]
