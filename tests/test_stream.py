@@ -89,3 +89,54 @@ def test_an_empty_run_streams_empty_tables(tmp_path: Path) -> None:
     assert list(got["status"]) == ["rejected"] and len(pd.read_parquet(tmp_path / "steps.parquet")) == 0
     assert _summary(st) == _summary(full)
     assert dataclasses.asdict(st.summary.load) == dataclasses.asdict(full.summary.load)
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-outstanding-tokens"])
+def test_streamed_fleet_matches_the_routed_replay(bundled_trace: Trace, tmp_path: Path, router: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from sim.cluster.router import replay_fleet
+    from sim.io.summary import Percentiles
+    from sim.run.fleet_stream import replay_streamed
+
+    monkeypatch.setattr(stream, "CHUNK", 300)
+    cfgs = [make_config(**SMALL)] * 3
+    ref = replay_fleet(cfgs, bundled_trace, router)
+    got = replay_streamed(cfgs, bundled_trace, router, tmp_path)
+    done = ref.requests[ref.requests["status"] == "finished"]
+    for lat in ("ttft_s", "tpot_s", "e2e_s"):
+        assert getattr(got, lat) == Percentiles.of(done[lat])
+    rows = pd.read_parquet(tmp_path / "requests.parquet")
+    rows["replica"] = pd.read_parquet(tmp_path / "replica.parquet")["replica"]
+    want = ref.requests.copy()
+    want.to_parquet(tmp_path / "ref.parquet", index=False)
+    pd.testing.assert_frame_equal(rows, pd.read_parquet(tmp_path / "ref.parquet"), check_exact=True)
+    for i, steps in enumerate(ref.steps):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / f"steps-{i}.parquet"), steps, check_exact=True)
+        assert got.steps[i].num_steps == len(steps)
+    assert got.requests_per_replica == tuple(ref.requests.groupby("replica").size())
+
+
+def test_cli_summary_only_and_stream(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from sim.cli.main import _load, app
+
+    _load()
+    runner = CliRunner()
+    for flag, name in (("--summary-only", "lean"), ("--stream", "streamed"), (None, "full")):
+        args = ["simulate", "--out", str(tmp_path / name), "--kv-memory", "2GiB", "--max-num-seqs", "64",
+                "--max-model-len", "8192"]
+        r = runner.invoke(app, args + ([flag] if flag else []))
+        assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "lean").iterdir()) == ["summary.json"]
+
+    def summary(name: str) -> dict[str, object]:
+        d = json.loads((tmp_path / name / "summary.json").read_text())
+        d.pop("timings")
+        return d
+
+    assert summary("lean") == summary("full") == summary("streamed")
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "streamed" / "requests.parquet"),
+                                  pd.read_parquet(tmp_path / "full" / "requests.parquet"), check_exact=True)

@@ -79,6 +79,8 @@ def register(app: typer.Typer) -> None:
         format: Annotated[str | None, typer.Option("--format", help="Trace format override.")] = None,
         skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip malformed rows (counted) instead of failing.")] = False,
         check: Annotated[bool, typer.Option("--check", help="Verify allocator invariants after every step.")] = False,
+        summary_only: o.SummaryOnly = False,
+        stream: o.Stream = False,
         *, cfg: SimConfig,
     ) -> None:
         """Replay a trace through the KV allocator and scheduler; write requests/steps/summary."""
@@ -94,8 +96,10 @@ def register(app: typer.Typer) -> None:
                       TimeRemainingColumn(), console=console, transient=True,
                       disable=tr.num_requests < 2000) as prog:
             task = prog.add_task("sim", total=tr.num_requests)
-            res = run_simulation(cfg, tr, check=check, load_s=load_s,
+            res = run_simulation(cfg, tr, check=check, load_s=load_s, summary_only=summary_only,
+                                 stream_to=out if stream and not summary_only else None,
                                  progress=lambda done, total: prog.update(task, completed=done))
         res.write(out)
         Console().print(summary_table(res))
-        console.print(f"wrote {out}/requests.parquet, steps.parquet, summary.json")
+        console.print(f"wrote {out}/summary.json" if res.tables == "summary" else
+                      f"wrote {out}/requests.parquet, steps.parquet, summary.json")
