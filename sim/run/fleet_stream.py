@@ -24,6 +24,7 @@ from sim.cluster.router import STATIC, Router, RouterState, policy
 from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
+from sim.io import stream
 from sim.io.ingest import make_requests
 from sim.io.stream import StepSink, StepStats, request_columns, write_requests
 from sim.io.summary import Percentiles
@@ -54,7 +55,10 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
         raise ConfigError("a fleet needs at least one replica")
     choose = policy(router)
     env = simpy.Environment()
-    sinks = [StepSink(out / f"steps-{i}.parquet" if out else None, cfg.block_size) for i, cfg in enumerate(cfgs)]
+    # a tuple per step costs ~400 bytes until drained: the replicas share one chunk's worth
+    chunk = max(2048, stream.CHUNK // len(cfgs))
+    sinks = [StepSink(out / f"steps-{i}.parquet" if out else None, cfg.block_size, chunk)
+             for i, cfg in enumerate(cfgs)]
 
     def drainer(sink: StepSink):  # type: ignore[no-untyped-def]
         return lambda rep: sink.maybe_drain(rep.log)
