@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -119,7 +120,9 @@ def _recorded(out: Path) -> list[str]:
     keys: list[str] = []
     if (out / "sweep.parquet").exists():
         keys += pd.read_parquet(out / "sweep.parquet", columns=["key"])["key"].tolist()
-    keys += [f.stem for f in (out / "parts").glob("*.parquet")] if (out / "parts").exists() else []
+    for f in (out / "parts").glob("*.parquet") if (out / "parts").exists() else []:
+        with contextlib.suppress(OSError):  # renamed into place but gone by compaction meanwhile
+            keys += pd.read_parquet(f, columns=["key"])["key"].tolist()
     return keys
 
 

@@ -97,6 +97,12 @@ SIMULATE_FLAGS: dict[str, Any] = {
 R = TypeVar("R")
 
 
+SummaryOnly = Annotated[bool, typer.Option("--summary-only", help="Keep only the summary (percentiles, memory, "
+                                           "throughput): write summary.json, no requests/steps tables; same figures.")]
+Stream = Annotated[bool, typer.Option("--stream", help="Write requests.parquet and steps.parquet by chunks while "
+                                      "running, in bounded memory (for very long traces); same rows.")]
+
+
 def simulate_flags(fn: Callable[..., R]) -> Callable[..., R]:
     """Give a typer command ``--config`` and every simulate flag (put it under ``@app.command()``).
 

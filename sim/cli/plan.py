@@ -248,10 +248,9 @@ def _inputs(args: dict[str, Any], spec: PlanSpec, tr: Any, file_hash: str, vers:
     prices = {g: {"usd_per_gpu_hour": spec.prices[g].at(spec.price_point), "source": spec.prices[g].source,
                   "unverified": spec.prices[g].unverified} for g in spec.gpus}
     from sim.config.schema import make_config
-    from sim.cost import build_cost_model
+    from sim.cost.for_config import cost_model_for
     cfg = make_config("plan", **dict(spec.base, gpu=spec.gpus[0]))
-    cost_name = build_cost_model(cfg.cost_model, resolve_model(cfg.model), resolve_gpu(spec.gpus[0]), 1,
-                                 Path(cfg.calibration) if cfg.calibration else None, cfg.serving_stack).name
+    cost_name = cost_model_for(cfg.model_copy(update={"tensor_parallel_size": 1})).name
     return {
         "model": cfg.model, "trace": {"path": tr.path, "format": tr.format, "rows": tr.num_requests,
                                       "sha256": file_hash, "content_hash": tr.content_hash},

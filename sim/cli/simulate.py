@@ -91,6 +91,8 @@ def register(app: typer.Typer) -> None:
         check: Annotated[bool, typer.Option("--check", help="Verify allocator invariants after every step.")] = False,
         cluster: Annotated[Path | None, typer.Option("--cluster", help="Cluster YAML: instances (unified/prefill/"
                                                      "decode), links, router (sim/cluster/spec.py).")] = None,
+        summary_only: o.SummaryOnly = False,
+        stream: o.Stream = False,
         *, cfg: SimConfig,
     ) -> None:
         """Replay a trace through the KV allocator and scheduler; write requests/steps/summary."""
@@ -107,8 +109,10 @@ def register(app: typer.Typer) -> None:
         if tr.num_bad_rows:
             console.print(f"[yellow]skipped {tr.num_bad_rows} malformed row(s) in {tr.path}[/yellow]")
         with progress(console, "requests", enabled=tr.num_requests >= 2000) as prog:
-            res = run_simulation(cfg, tr, check=check, load_s=load_s,
+            res = run_simulation(cfg, tr, check=check, load_s=load_s, summary_only=summary_only,
+                                 stream_to=out if stream and not summary_only else None,
                                  progress=lambda done, total: prog.update("simulating", done, total))
         res.write(out)
         Console().print(summary_table(res, has_prefix_info(tr)))
-        console.print(f"wrote {out}/requests.parquet, steps.parquet, summary.json")
+        console.print(f"wrote {out}/summary.json" if res.tables == "summary" else
+                      f"wrote {out}/requests.parquet, steps.parquet, summary.json")

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from sim.cost.batch import CostBasis
+from sim.cost.for_config import cost_basis_for
 from sim.fleet.candidate import Candidate
 from sim.fleet.capacity import CapacityEstimate
 from sim.fleet.sizing import size
 from sim.fleet.spec import Demand, PlanSpec
-from sim.io.summary import cost_basis
 
 Search = Callable[[PlanSpec, list[Candidate]], list[CapacityEstimate]]
 
@@ -42,7 +42,7 @@ class BandEdge:
 
 
 def candidate_basis(cand: Candidate, base: dict[str, object]) -> CostBasis:
-    return cost_basis(cand.config(dict(base)))
+    return cost_basis_for(cand.config(dict(base)))
 
 
 def band_edges(spec: PlanSpec, best: list[CapacityEstimate], demand: Demand,

@@ -26,12 +26,13 @@ from scipy.stats import t as student_t
 
 from sim.cluster.replay import replay_fleet
 from sim.cluster.slo import Slo, SloEval, SloTarget, evaluate
+from sim.config.schema import SimConfig
 from sim.errors import ConfigError
 from sim.fleet.binding import Diagnostics, classify, diagnose
 from sim.fleet.candidate import Candidate
 from sim.fleet.workload import at_qps, draw_window, to_trace
 from sim.io.results import memory_breakdown
-from sim.memory.budget import budget_for
+from sim.run.static import static_parts
 
 KEEP = 0.9     # thinning: share of a window's requests kept
 WARMUP = 0.1   # share of a window's first requests left out of the SLO check
@@ -102,18 +103,23 @@ def _quantile(req: pd.DataFrame, col: str, q: float) -> float:
     return float(np.quantile(v, q)) if len(v) else math.nan
 
 
-def _probe(cand: Candidate, spec: SearchSpec, window: pd.DataFrame, qps: float
+def _probe(cfg: SimConfig, spec: SearchSpec, window: pd.DataFrame, qps: float
            ) -> tuple[Probe, dict[str, float], Diagnostics]:
     """One replica, one rate. A 1-replica routed replay is bit-identical to ``simulate`` and
-    can stop as soon as the SLO can no longer pass (``sim.cluster.monitor``)."""
+    stops as soon as the SLO can no longer pass (``sim.cluster.monitor``: the misses already
+    certain put the quantile's lower bound below the target), so a probe that passes is never
+    stopped. A stopped probe is ``stopped_early``: its latency quantiles (``observed``,
+    ``ttft_p99``...) are those of the requests that finished, a lower bound of the full run's.
+
+    The KV budget and the cost model are built once per candidate and process
+    (:func:`sim.run.static.static_parts`), not once per probe."""
     t0 = time.perf_counter()
-    cfg = cand.config(spec.base)
     trace = to_trace(at_qps(window, qps), "<window>")
     skip = int(len(trace.df) * spec.warmup)
     res = replay_fleet([cfg], trace, "round-robin", stop_on_fail=(spec.slo, skip))
     req = res.requests.iloc[skip:]
     ev = evaluate(req, spec.slo)
-    b = budget_for(cfg)
+    b = static_parts(cfg)[1]
     steps = res.steps[0]
     # a run stopped early counts its unfinished requests as misses of every target: take the
     # targets that were certain to fail from the monitor instead
@@ -131,7 +137,8 @@ def search_seed(cand: Candidate, spec: SearchSpec, rep: int, trace_df: pd.DataFr
     """Bracket then bisect the max passing QPS for one replication (runs in a worker)."""
     out = SeedCapacity(cand, rep, 0.0)
     try:
-        budget_for(cand.config(spec.base))  # fail fast on shapes that do not fit
+        cfg = cand.config(spec.base)
+        static_parts(cfg)  # fail fast on shapes that do not fit (and build budget + cost tables once)
     except ConfigError as e:
         out.error = str(e)
         return out
@@ -140,7 +147,7 @@ def search_seed(cand: Candidate, spec: SearchSpec, rep: int, trace_df: pd.DataFr
 
     def run(q: float) -> bool:
         nonlocal lo, hi
-        p, m, d = _probe(cand, spec, window, q)
+        p, m, d = _probe(cfg, spec, window, q)
         out.probes.append(p)
         if p.passed and q > lo:
             lo, out.at_capacity = q, m

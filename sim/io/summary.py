@@ -7,7 +7,6 @@ flat row of scalars (sweep tables, pandas).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,11 +14,10 @@ import pandas as pd
 
 from sim import __version__
 from sim.config.schema import SimConfig
-from sim.cost import CostBasis, basis_of, build_cost_model
-from sim.errors import KvsimError
+from sim.cost import StepCostModel, basis_of
 from sim.io.overload import Load, offered_load
 from sim.io.resolved import resolved_config
-from sim.io.results import memory_breakdown
+from sim.io.stream import StepStats, step_stats
 from sim.kv.base import KvAllocator
 from sim.memory.budget import KvBudget
 
@@ -181,47 +179,35 @@ class RunCounters:
     block_size: int
 
 
-def cost_basis(cfg: SimConfig) -> CostBasis:
-    """Fitted / extrapolated / uncalibrated, for the run's model, GPU and TP (sim/cost)."""
-    from sim.model.catalog import resolve_gpu, resolve_model
-
-    try:
-        cost = build_cost_model(cfg.cost_model, resolve_model(cfg.model), resolve_gpu(cfg.gpu),
-                                cfg.tensor_parallel_size, Path(cfg.calibration) if cfg.calibration else None,
-                                cfg.serving_stack)
-    except KvsimError:
-        return CostBasis("unknown")
-    return basis_of(cost)
-
-
-def summarize(cfg: SimConfig, budget: KvBudget, cost_name: str, req: pd.DataFrame,
-              steps: pd.DataFrame, c: RunCounters) -> Summary:
+def summarize(cfg: SimConfig, budget: KvBudget, cost: StepCostModel, req: pd.DataFrame,
+              steps: pd.DataFrame | StepStats, c: RunCounters) -> Summary:
+    """``cost``: the run's own step-cost model (its name and basis are reported, never rebuilt);
+    ``steps``: the steps frame, or the :class:`StepStats` a streamed run folded (sim/io/stream.py);
+    ``req`` needs only the columns of :func:`sim.io.stream.request_columns`."""
     done = req[req["status"] == "finished"]
     span = float(done["finish_s"].max() - req["arrival_s"].min()) if len(done) else 0.0
     out_tokens = int(done["output_tokens"].sum())
-    memory = memory_breakdown(steps)
-    held = steps["token_state_slots"] + steps["internal_frag_slots"] + steps["reserved_slots"]
-    saved = steps["shared_blocks_saved"]
+    st = steps if isinstance(steps, StepStats) else step_stats(steps, c.block_size, c.paged)
+    memory = st.memory
     rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
     config, defaults = resolved_config(cfg, budget)
-    basis = cost_basis(cfg)
+    basis = basis_of(cost)
     return Summary(
         cost_basis=basis.basis, cost_basis_detail=basis.detail, cost_band=basis.band,
-        config=config, config_defaults=defaults, cost_model=cost_name, num_gpu_blocks=budget.num_gpu_blocks,
+        config=config, config_defaults=defaults, cost_model=cost.name, num_gpu_blocks=budget.num_gpu_blocks,
         budget=budget.as_dict(), num_requests=len(req), num_finished=len(done),
         num_rejected=int((req["status"] == "rejected").sum()),
         num_unfinished=int((req["status"] == "unfinished").sum()),
-        num_steps=len(steps), fast_forward_steps=c.fast_forward_steps, simulated_s=span,
+        num_steps=st.num_steps, fast_forward_steps=c.fast_forward_steps, simulated_s=span,
         throughput=Throughput(rate(len(done)), rate(out_tokens),
                               rate(out_tokens + int(done["prompt_tokens"].sum()))),
         ttft_s=Percentiles.of(done["ttft_s"]), tpot_s=Percentiles.of(done["tpot_s"]),
         e2e_s=Percentiles.of(done["e2e_s"]), memory=memory,
-        kv_usage_mean=1.0 - memory["free"] if len(steps) else 0.0,
-        kv_held_slots_peak=int(held.max()) if len(steps) else 0,
+        kv_usage_mean=1.0 - memory["free"] if st.num_steps else 0.0,
+        kv_held_slots_peak=st.held_slots_peak,
         preemptions=c.preemptions, preemptions_per_1k=1000.0 * c.preemptions / max(len(req), 1),
         swap_fallbacks=c.swap_fallbacks, evictions=c.evictions, prefix_cache=c.prefix,
-        sharing_saved_fraction=float((saved / (saved + (held / c.block_size).clip(lower=1))).mean())
-        if len(steps) and c.paged else 0.0,
+        sharing_saved_fraction=st.saved_fraction,
         busy_fraction=c.busy_s / span if span > 0 else 0.0,
         rejections={str(k): int(v) for k, v in
                     req.loc[req["status"] == "rejected", "reject_reason"].value_counts().items() if v},

@@ -34,7 +34,31 @@ from sim.request import Request
 if TYPE_CHECKING:
     from sim.kv.connector import KvConnector
     from sim.kv.layout import KvLayout
-    from sim.kv.sharing import ForkSharing
+
+
+class Sharing(Protocol):
+    """Fork + copy-on-write over block tables (paper-v0's parallel sampling and beam search);
+    implemented by :class:`~sim.kv.sharing.ForkSharing`."""
+
+    def blocks(self, req: Request) -> list[int]:
+        """The request's block table."""
+        ...
+
+    def fork(self, src: Request, dst: Request) -> None:
+        """``dst`` shares every block of ``src`` (ref counts + 1)."""
+        ...
+
+    def retable(self, moves: list[tuple[Request, list[int]]]) -> None:
+        """Give each request its new table (beam re-fork), adjusting ref counts."""
+        ...
+
+    def last_block_shared(self, req: Request) -> bool:
+        """The block the next token goes to is shared with another request."""
+        ...
+
+    def copy_on_write(self, req: Request) -> bool:
+        """Copy that last block into a fresh one; False if none is free."""
+        ...
 
 
 def cdiv(a: int, b: int) -> int:
@@ -101,7 +125,7 @@ class KvAllocator(Protocol):
     allocates_every_step: bool
 
     @property
-    def sharing(self) -> ForkSharing | None:
+    def sharing(self) -> Sharing | None:
         """Fork + copy-on-write of block tables (paper-v0); None: tables cannot be shared by reference."""
         ...
 

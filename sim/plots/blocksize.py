@@ -15,8 +15,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from sim.config.schema import SimConfig
-from sim.cost import StepBatch, build_cost_model
-from sim.model.catalog import resolve_gpu, resolve_model
+from sim.cost import StepBatch
+from sim.cost.for_config import cost_model_for
+from sim.model.catalog import resolve_model
 from sim.plots.common import RunInfo
 from sim.run.simulate import simulate
 from workloads import Trace
@@ -33,9 +34,8 @@ def tradeoff_table(cfg: SimConfig, trace: Trace, block_sizes: Sequence[int], bat
     """One row per block size: simulated and analytic tail waste, table length, kernel time."""
     final = (trace.df["prompt_tokens"] + trace.df["output_tokens"]).to_numpy()
     mid = (trace.df["prompt_tokens"] + trace.df["output_tokens"] // 2).to_numpy()[:batch]
-    model, gpu = resolve_model(cfg.model), resolve_gpu(cfg.gpu)
-    cost = build_cost_model(cfg.cost_model, model, gpu, cfg.tensor_parallel_size,
-                            Path(cfg.calibration) if cfg.calibration else None)
+    model = resolve_model(cfg.model)
+    cost = cost_model_for(cfg, model)
     rows = []
     for B in block_sizes:
         res = simulate(cfg.model_copy(update={"block_size": int(B), "allocator": "paged"}), trace)

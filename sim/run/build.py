@@ -9,15 +9,13 @@ Used by :func:`sim.run.simulate.simulate`, the fleet router and the memory-map r
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import simpy
 
 from sim.config.schema import SimConfig
-from sim.cost import StepCostModel, build_cost_model
-from sim.cost.scaled import ScaledCost
+from sim.cost import StepCostModel
 from sim.engine.replica import Replica
 from sim.engine.step import StepKernel
 from sim.errors import ConfigError
@@ -26,10 +24,10 @@ from sim.kv.base import KvAllocator
 from sim.kv.factory import make_connector, paged_variant
 from sim.kv.paged import PagedAllocator
 from sim.kv.slab import SlabAllocator
-from sim.memory.budget import KvBudget, compute_budget, model_for
-from sim.memory.draft_kv import with_draft_kv
-from sim.model.catalog import ModelSpec, resolve_gpu, resolve_model
+from sim.memory.budget import KvBudget
+from sim.model.catalog import ModelSpec
 from sim.request import Request
+from sim.run.static import static_parts
 from sim.sched.admission import Admission
 from sim.sched.async_scheduler import AsyncScheduler
 from sim.sched.paper_v0 import PaperV0Scheduler
@@ -91,22 +89,13 @@ def make_scheduler(cfg: SimConfig, budget: KvBudget, kv: KvAllocator, fork: bool
 
 
 def build(cfg: SimConfig) -> Components:
-    model, gpu = model_for(cfg, resolve_model(cfg.model)), resolve_gpu(cfg.gpu)  # KV dtype applied
-    budget = compute_budget(cfg, model, gpu)
-    if cfg.num_speculative_tokens:
-        budget = with_draft_kv(budget, cfg.speculative_method)  # the drafter's KV layer (sim/memory/draft_kv.py)
+    model, budget, cost = static_parts(cfg)
     fork = cfg.resolved("sharing") == "fork-cow" and cfg.allocator == "paged"  # slabs never share
     if fork and (cfg.resolved("chunked_prefill") or cfg.resolved("enable_prefix_caching")):
         raise ConfigError("--sharing fork-cow (paper-v0) needs the paged allocator, no chunked prefill and "
                           "no prefix caching: use --preset paper-v0")
     kv = make_allocator(cfg, budget, fork, model)
     sched = make_scheduler(cfg, budget, kv, fork)
-    cost = build_cost_model(cfg.cost_model, model, gpu, cfg.tensor_parallel_size,
-                            Path(cfg.calibration) if cfg.calibration else None, cfg.serving_stack,
-                            enforce_eager=cfg.enforce_eager, async_scheduling=bool(cfg.resolved("async_scheduling")),
-                            expert_parallel=cfg.enable_expert_parallel)
-    if cfg.step_time_scale != 1.0:
-        cost = ScaledCost(cost, cfg.step_time_scale)
     return Components(budget, kv, sched, cost)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,9 @@ import simpy
 from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.io.ingest import make_requests
+from sim.io.records import StepLog
 from sim.io.results import request_frame
+from sim.io.stream import StepSink, StepStats, request_columns, write_requests
 from sim.io.summary import (
     PrefixCache,
     RunCounters,
@@ -34,26 +37,38 @@ from sim.io.summary import (
     summarize,
 )
 from sim.memory.budget import KvBudget
+from sim.request import Request
 from sim.run.build import build, new_replica
+from sim.run.static import content_hash_of
 from sim.sched.plan import PrefixStats
 from workloads.schema import Trace
 
 
 @dataclass
 class SimResult:
+    """``tables``: ``"full"`` (both frames in memory), ``"streamed"`` (requests.parquet and
+    steps.parquet already written to ``streamed``; ``requests`` holds only the summary's
+    columns, ``steps`` is empty) or ``"summary"`` (``--summary-only``: no tables kept)."""
+
     config: SimConfig
     budget: KvBudget
     cost_model: str
     requests: pd.DataFrame
     steps: pd.DataFrame
     summary: Summary
+    tables: str = "full"
+    streamed: Path | None = None
 
     def write(self, out: Path) -> Timings:
-        """Write requests.parquet, steps.parquet and summary.json under ``out``."""
+        """Write requests.parquet, steps.parquet (unless streamed or summary-only) and summary.json under ``out``."""
         t0 = time.perf_counter()
         out.mkdir(parents=True, exist_ok=True)
-        self.requests.to_parquet(out / "requests.parquet", index=False)
-        self.steps.to_parquet(out / "steps.parquet", index=False)
+        if self.tables == "full":
+            self.requests.to_parquet(out / "requests.parquet", index=False)
+            self.steps.to_parquet(out / "steps.parquet", index=False)
+        elif self.tables == "streamed" and self.streamed is not None and self.streamed.resolve() != out.resolve():
+            for name in ("requests.parquet", "steps.parquet"):
+                shutil.copyfile(self.streamed / name, out / name)
         timings = dataclasses.replace(self.summary.timings, write_s=round(time.perf_counter() - t0, 4))
         self.summary = dataclasses.replace(self.summary, timings=timings)
         (out / "summary.json").write_text(json.dumps(self.summary.to_json(), indent=2, default=_json_default))
@@ -74,42 +89,59 @@ def _prefix(st: PrefixStats) -> PrefixCache:
 
 
 def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any = None,
-             load_s: float = 0.0, on_step: Callable[[Replica], None] | None = None) -> SimResult:
+             load_s: float = 0.0, on_step: Callable[[Replica], None] | None = None,
+             requests: list[Request] | None = None, summary_only: bool = False,
+             stream_to: Path | None = None) -> SimResult:
     """Run one replica over the trace. ``check=True`` verifies allocator invariants every step.
 
     ``on_step(replica)`` is called after every step that runs one at a time; fast-forwarded
     steps skip it, so pass ``exact_steps=True`` in the config to see every step.
     ``progress(done, total)`` is called every few thousand steps.
+    ``requests``: fresh Requests made from ``trace`` for ``cfg`` (a sweep worker's reuse,
+    :mod:`sim.sweep.reuse`); else made here. ``stream_to``: write requests.parquet and
+    steps.parquet there by chunks, in bounded memory (:mod:`sim.io.stream`);
+    ``summary_only``: keep no tables, only the summary (same figures as the full path).
     """
     t0 = time.perf_counter()
     parts = build(cfg)
-    reqs = make_requests(trace, cfg)
+    reqs = requests if requests is not None else make_requests(trace, cfg)
     env = simpy.Environment()
+    kv, sched = parts.kv, parts.sched
+    sink = StepSink(stream_to / "steps.parquet" if stream_to else None, kv.block_size) \
+        if summary_only or stream_to else None
     on_progress = None
-    if progress is not None:
+    if progress is not None or sink is not None:
         total = len(reqs)
         last = [-1]
 
         def on_progress(rep: Replica) -> None:
-            if rep.step - last[0] >= 2048:
+            if sink is not None:
+                sink.maybe_drain(rep.log)
+            if progress is not None and rep.step - last[0] >= 2048:
                 last[0] = rep.step
                 progress(len(rep.finished) + len(rep.rejected), total)
 
     rep = new_replica(env, cfg, parts=parts, check=check, on_step=on_step, on_progress=on_progress)
     rep.submit_all(reqs)
     env.run()
-    kv, sched = parts.kv, parts.sched
     if check:
         kv.check([])
     sim_s = time.perf_counter() - t0
-    requests = request_frame(reqs)
-    steps = rep.log.frame()
     counters = RunCounters(rep.ff_steps, rep.busy_s, sched.num_preemptions,
                            sched.preemption.fallbacks, kv.evictions, _prefix(sched.stats),
                            kv.paged, kv.block_size)
+    if sink is None:
+        requests_df, steps = request_frame(reqs), rep.log.frame()
+        stats: pd.DataFrame | StepStats = steps
+    else:
+        stats, steps = sink.close(rep.log, kv.paged), StepLog().frame()
+        if stream_to is not None:
+            write_requests(reqs, stream_to / "requests.parquet")
+        requests_df = request_columns(reqs)
     summary = dataclasses.replace(
-        summarize(cfg, parts.budget, parts.cost.name, requests, steps, counters),
+        summarize(cfg, parts.budget, parts.cost, requests_df, stats, counters),
         timings=Timings(round(load_s, 4), round(sim_s, 4), 0.0), kv_offload=kv_offload_of(kv, counters.prefix),
-        trace=TraceInfo(trace.path, trace.format, trace.num_requests, trace.content_hash,
+        trace=TraceInfo(trace.path, trace.format, trace.num_requests, content_hash_of(trace),
                         trace.num_bad_rows, trace.notes))
-    return SimResult(cfg, parts.budget, parts.cost.name, requests, steps, summary)
+    tables = "full" if sink is None else "streamed" if stream_to is not None else "summary"
+    return SimResult(cfg, parts.budget, parts.cost.name, requests_df, steps, summary, tables, stream_to)

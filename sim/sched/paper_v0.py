@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.kv.sharing import ForkSharing
+from sim.kv.base import Sharing
 from sim.request import Request, Status
 from sim.sched.plan import StepPlan
 from sim.sched.scheduler import Scheduler
@@ -79,7 +79,7 @@ class PaperV0Scheduler(Scheduler):
                 return False
         return kv.allocate(r, n)
 
-    def _sharing(self) -> ForkSharing:
+    def _sharing(self) -> Sharing:
         s = self.kv.sharing
         assert s is not None  # checked at construction (fork_cow)
         return s

@@ -10,7 +10,8 @@ One concept per module:
 - ``point.py``      a point and its key: hash of the full resolved config + the trace's
                     content hash, so a rerun into the same directory runs only what is missing
 - ``row.py``        a point's result as one flat row
-- ``worker.py``     running one point (never raises: a failure is a row)
+- ``worker.py``     running one point (never raises: a failure is a row), summary only
+- ``reuse.py``      a worker parses each trace once; every point gets fresh Requests cheaply
 - ``store.py``      crash-safe parts + compaction into ``sweep.parquet``
 - ``driver.py``     :func:`run_sweep`: resume, run on :mod:`sim.run.executor` (local pool or
                     Ray, see distributed-sweeps.md), store

@@ -1,15 +1,20 @@
 """Crash-safe, resumable storage of sweep rows::
 
-    DIR/parts/<key>.parquet    one file per finished point, written to a temp name, then renamed
+    DIR/parts/<key>.parquet    the rows that finished since the last flush (named by the first
+                               one's key), written to a temp name, then renamed
     DIR/sweep.parquet          compaction of parts (atomic replace), then the parts are deleted
 
-A hard kill can leave parts next to a sweep.parquet that already holds them; compaction
-de-duplicates on ``key``, so rows are never lost or duplicated.
+Rows are buffered and flushed at most every ``flush_s`` seconds (the first row at once) or
+every ``flush_rows`` rows: a one-row Parquet file costs ~20 ms of the driver's CPU, which a
+sweep of 1,000 points on 2 cores shares with its workers. A hard kill loses at most the
+last second's rows, which a rerun redoes. A kill can also leave parts next to a sweep.parquet that already
+holds them; compaction de-duplicates on ``key``, so rows are never lost or duplicated.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,28 +26,41 @@ from sim.config.schema import SimConfig
 class SweepStore:
     """``DIR/parts/<key>.parquet`` per finished point, compacted into ``DIR/sweep.parquet``."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, flush_s: float = 1.0, flush_rows: int = 64) -> None:
         self.out, self.parts = out, out / "parts"
         self.parts.mkdir(parents=True, exist_ok=True)
         self.file = out / "sweep.parquet"
+        self.flush_s, self.flush_rows = flush_s, flush_rows
+        self._buf: list[dict[str, Any]] = []
+        self._last = -float("inf")   # the first row is written at once
 
     def done(self) -> dict[str, str]:
         """key -> status of every recorded point (compacted or still a part)."""
         got: dict[str, str] = {}
-        if self.file.exists():
-            df = pd.read_parquet(self.file, columns=["key", "status"])
+        files = ([self.file] if self.file.exists() else []) + sorted(self.parts.glob("*.parquet"))
+        for f in files:
+            df = pd.read_parquet(f, columns=["key", "status"])
             got.update(zip(df["key"], df["status"], strict=True))
-        for f in self.parts.glob("*.parquet"):
-            got[f.stem] = pd.read_parquet(f, columns=["status"])["status"].iloc[0]
         return got
 
     def append(self, row: dict[str, Any]) -> None:
-        tmp = self.parts / f".{row['key']}.{os.getpid()}.tmp"
-        pd.DataFrame([row]).to_parquet(tmp, index=False)
-        os.replace(tmp, self.parts / f"{row['key']}.parquet")
+        """Record a row (written at the next flush: time, row count, or :meth:`flush`)."""
+        self._buf.append(row)
+        if len(self._buf) >= self.flush_rows or time.monotonic() - self._last >= self.flush_s:
+            self.flush()
+
+    def flush(self) -> None:
+        self._last = time.monotonic()
+        if not self._buf:
+            return
+        rows, self._buf = self._buf, []
+        tmp = self.parts / f".{rows[0]['key']}.{os.getpid()}.tmp"
+        pd.DataFrame(rows).to_parquet(tmp, index=False)
+        os.replace(tmp, self.parts / f"{rows[0]['key']}.parquet")
 
     def compact(self, order: list[str] | None = None) -> pd.DataFrame:
         """Merge parts into sweep.parquet (latest row per key wins); return the table."""
+        self.flush()
         frames, parts = [], sorted(self.parts.glob("*.parquet"))
         if self.file.exists():
             frames.append(pd.read_parquet(self.file))

@@ -1,7 +1,8 @@
 """Running one sweep point, in whatever process the executor put it.
 
 A worker keeps the traces it has loaded (path -> trace), so a process that runs many points
-reads each trace once, and checks the content hash against the planned one: a trace edited
+reads and parses each trace once (``reuse.py``: fresh Requests from the parsed rows), keeps
+no tables (summary only: a row needs the summary), and checks the content hash against the planned one: a trace edited
 after the sweep was planned fails its points instead of silently mixing two workloads.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from sim.config.schema import SimConfig
 from sim.sweep.point import Point
+from sim.sweep.reuse import fresh_requests
 from sim.sweep.row import row_head
 from workloads import Trace, load_trace
 
@@ -37,7 +39,8 @@ def run_point(p: Point, trace: Trace | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     row = row_head(p)
     try:
-        res = simulate(SimConfig(**p.config), trace if trace is not None else _trace_for(p))
+        cfg, tr = SimConfig(**p.config), trace if trace is not None else _trace_for(p)
+        res = simulate(cfg, tr, requests=fresh_requests(tr, cfg), summary_only=True)
         row.update(status="ok", error="", **res.summary.flat())
     except Exception as e:  # the point fails, the sweep goes on
         last = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None

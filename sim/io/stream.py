@@ -1,0 +1,203 @@
+"""Results in bounded memory: step records drained by chunks, request rows written by chunks.
+
+A day of traffic on a fleet is tens of millions of engine steps; holding every
+:class:`~sim.io.records.StepRecord` as a tuple costs ~400 bytes a step. A :class:`StepSink`
+drains a replica's :class:`~sim.io.records.StepLog` whenever it holds ``chunk`` rows (called
+from the replica's ``on_progress`` hook, between steps): each chunk becomes one numpy record
+array, is folded into the running sums the summary needs (:class:`StepStats`), is written as
+one row group of ``steps.parquet`` (pyarrow ``ParquetWriter``) when a path is given, and the
+log's list is emptied in place (the engine keeps its bound ``append``).
+
+Request rows are written in uid order by chunks too (:func:`write_requests`), so the file has
+exactly the rows and types of the in-memory ``requests.parquet``. Latency percentiles never
+need a request frame: :func:`request_columns` keeps only the columns the summary reads, as
+numpy arrays, and gives the same values in the same order (so the same percentiles and means).
+
+The streamed memory shares are sums over chunks (the in-memory path sums in one pass), so
+they may differ from it in the last bits when there is more than one chunk; a streamed run is
+itself deterministic (fixed chunk size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.io.records import STEP_COLUMNS, STEP_DTYPE, StepLog
+from sim.io.rejects import CODES
+from sim.io.results import FINISH_REASONS, MEM_CATS, request_frame
+from sim.request import Request, Status
+
+CHUNK = 1 << 16   # steps (or requests) per chunk: ~9 MB of step records
+
+
+@dataclass(frozen=True, slots=True)
+class StepStats:
+    """What the run summary reads from the steps table."""
+
+    num_steps: int
+    memory: dict[str, float]       # time-averaged pool share per category (sim.io.results.memory_breakdown)
+    held_slots_peak: int
+    saved_fraction: float          # mean share of blocks saved by sharing (paged pools; else 0)
+
+
+def step_stats(steps: pd.DataFrame, block_size: int, paged: bool, chunk: int | None = None) -> StepStats:
+    """The summary's step figures from a whole steps frame, folded ``chunk`` rows at a time
+    exactly as a :class:`StepSink` folds a streamed run (so both give the same bits)."""
+    acc, chunk = _Sums(), chunk or CHUNK
+    cols = steps[list(dict.fromkeys((*MEM_CATS, "duration_s", "shared_blocks_saved")))]
+    for i in range(0, len(cols), chunk):
+        acc.add(cols.iloc[i:i + chunk], block_size)
+    return acc.stats(paged)
+
+
+@dataclass(slots=True)
+class _Sums:
+    n: int = 0
+    w: float = 0.0
+    wshare: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MEM_CATS, 0.0))
+    share: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MEM_CATS, 0.0))
+    held_peak: int = 0
+    saved: float = 0.0
+
+    def add(self, a: Any, block_size: int) -> None:
+        """Fold one chunk (a record array or a frame with the step columns) into the sums."""
+        w = np.asarray(a["duration_s"], dtype=np.float64)
+        cats = {c: np.asarray(a[c]) for c in MEM_CATS}
+        pool = sum(cats[c].astype(np.float64) for c in MEM_CATS)
+        for c in MEM_CATS:
+            share = cats[c] / pool
+            self.wshare[c] += float(np.multiply(share, w).sum())
+            self.share[c] += float(share.sum())
+        self.w += float(w.sum())
+        held = cats["token_state_slots"] + cats["internal_frag_slots"] + cats["reserved_slots"]
+        self.held_peak = max(self.held_peak, int(held.max()))
+        saved = np.asarray(a["shared_blocks_saved"])
+        self.saved += float((saved / (saved + np.clip(held / block_size, 1, None))).sum())
+        self.n += len(w)
+
+    def stats(self, paged: bool) -> StepStats:
+        if self.n == 0:
+            return StepStats(0, {c.removesuffix("_slots"): 0.0 for c in MEM_CATS}, 0, 0.0)
+        mem = {c.removesuffix("_slots"): self.wshare[c] / self.w if self.w > 0 else self.share[c] / self.n
+               for c in MEM_CATS}
+        return StepStats(self.n, mem, self.held_peak, self.saved / self.n if paged else 0.0)
+
+
+class StepSink:
+    """Drains step logs by chunks into running summary sums and, with ``path``, a Parquet file."""
+
+    def __init__(self, path: Path | None = None, block_size: int = 16, chunk: int | None = None) -> None:
+        self.path, self.block_size, self.chunk = path, block_size, chunk or CHUNK
+        self._sums = _Sums()
+        self._pending: np.ndarray | None = None   # drained rows short of a whole chunk
+        self._writer: Any = None
+
+    def maybe_drain(self, log: StepLog) -> None:
+        if len(log.rows) >= self.chunk:
+            self.drain(log)
+
+    def drain(self, log: StepLog, final: bool = False) -> None:
+        """Take every row the log holds (emptying it in place); fold and write whole chunks
+        (and, with ``final``, the remainder)."""
+        rows = log.rows
+        if rows:
+            a = np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows))
+            rows.clear()
+            self._pending = a if self._pending is None else np.concatenate([self._pending, a])
+        p = self._pending
+        if p is None:
+            return
+        whole = len(p) if final else len(p) - len(p) % self.chunk
+        for i in range(0, whole, self.chunk):
+            self._sums.add(p[i:i + self.chunk], self.block_size)
+        if whole and self.path is not None:
+            self._write(p[:whole])
+        self._pending = p[whole:] if whole < len(p) else None
+
+    def _write(self, a: np.ndarray) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.table({c: a[c] for c in STEP_COLUMNS})
+        if self._writer is None:
+            assert self.path is not None
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self.path, table.schema)
+        self._writer.write_table(table)
+
+    def close(self, log: StepLog, paged: bool) -> StepStats:
+        """Drain what is left, finish the file (an empty table if no step ran) and return the
+        summary's step figures."""
+        self.drain(log, final=True)
+        if self.path is not None:
+            if self._writer is None:
+                StepLog().frame().to_parquet(self.path, index=False)
+            else:
+                self._writer.close()
+                self._writer = None
+        return self._sums.stats(paged)
+
+
+def write_requests(reqs: Sequence[Request], path: Path, chunk: int | None = None) -> None:
+    """``requests.parquet`` in uid order, ``chunk`` rows at a time (same rows and types as
+    ``request_frame(reqs).to_parquet``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chunk = chunk or CHUNK
+    if not reqs:
+        request_frame([]).to_parquet(path, index=False)
+        return
+    writer: Any = None
+    try:
+        for i in range(0, len(reqs), chunk):
+            part = list(reqs[i:i + chunk])
+            frame = request_frame(part)
+            # parent uids index the whole list, not the chunk
+            frame["parent_id"] = pd.Series([reqs[r.parent].request_id if r.parent >= 0 else None for r in part],
+                                           dtype="str")
+            table = pa.Table.from_pandas(frame, preserve_index=False,
+                                         schema=None if writer is None else writer.schema)
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def request_columns(reqs: Sequence[Request]) -> pd.DataFrame:
+    """Only the request columns the run summary reads (no ids, reasons' details or parents),
+    with the values and order of :func:`sim.io.results.request_frame`."""
+    n = len(reqs)
+
+    def col(name: str, dtype: Any) -> np.ndarray:
+        return np.fromiter((getattr(r, name) for r in reqs), dtype=dtype, count=n)
+
+    def neg_nan(a: np.ndarray) -> np.ndarray:
+        return np.where(a < 0, np.nan, a)
+
+    st = col("status", np.int64)
+    status = np.where(st == Status.FINISHED, "finished", np.where(st == Status.REJECTED, "rejected", "unfinished"))
+    fs, ft, fn = (neg_nan(col(c, np.float64)) for c in ("first_scheduled_s", "first_token_s", "finish_s"))
+    arr, out_t = col("arrival_s", np.float64), col("output_tokens", np.int64)
+    capped = col("length_capped", bool)
+    finish = np.where(st == Status.REJECTED, "rejected",
+                      np.where(st != Status.FINISHED, np.array(None, dtype=object), np.where(capped, "length", "stop")))
+    return pd.DataFrame({
+        "arrival_s": arr, "prompt_tokens": col("prompt_tokens", np.int64), "output_tokens": out_t,
+        "status": status.astype(object),
+        "finish_reason": pd.Categorical(finish, categories=FINISH_REASONS),
+        "reject_reason": pd.Categorical([r.reject_reason or None for r in reqs] if (st == Status.REJECTED).any()
+                                        else [None] * n, categories=CODES),
+        "first_scheduled_s": fs, "first_token_s": ft, "finish_s": fn,
+        "ttft_s": ft - arr, "tpot_s": np.where(out_t > 1, (fn - ft) / np.maximum(out_t - 1, 1), np.nan),
+        "e2e_s": fn - arr,
+    })

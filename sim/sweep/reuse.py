@@ -1,0 +1,46 @@
+"""Parse a trace once per worker process, then give every point fresh Requests cheaply.
+
+Requests are mutable (the engine writes their state and records into them), so a point can
+never reuse another's objects. What it can reuse is the parsing: ``make_requests`` reads the
+trace's columns and fans out ``n`` / beam samples; its result depends only on the trace and
+on two config switches (prefix caching: content keys; fork sharing: sequence groups). The
+first point of each (trace content hash, caching, fork) keeps one flat tuple per request;
+later points rebuild Requests from those tuples with one positional call each, about three
+times faster than parsing again and giving equal Requests (the tests compare sweep rows).
+Sequence groups (paper-v0 fork mode) link requests to each other, so they are parsed again.
+"""
+
+from __future__ import annotations
+
+from sim.config.schema import SimConfig
+from sim.io.ingest import make_requests
+from sim.request import Request
+from sim.run.static import content_hash_of
+from workloads.schema import Trace
+
+Row = tuple[int, str, float, int, int, int, object, int]
+_ROWS: dict[tuple[str, bool, bool], list[Row] | None] = {}   # None: groups, parse every time
+MAX_TRACES = 8
+
+
+def switches(cfg: SimConfig) -> tuple[bool, bool]:
+    """The two config switches ``make_requests`` reads: (prefix caching, fork sharing)."""
+    return (bool(cfg.resolved("enable_prefix_caching")),
+            cfg.resolved("sharing") == "fork-cow" and cfg.allocator == "paged")
+
+
+def fresh_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
+    """``make_requests(trace, cfg)``, parsed once per process and key."""
+    key = (content_hash_of(trace), *switches(cfg))
+    if key in _ROWS:
+        rows = _ROWS[key]
+        if rows is not None:
+            return [Request(*row) for row in rows]
+        return make_requests(trace, cfg)
+    reqs = make_requests(trace, cfg)
+    if len(_ROWS) >= MAX_TRACES:
+        _ROWS.clear()
+    _ROWS[key] = None if any(r.group is not None for r in reqs) else [
+        (r.uid, r.request_id, r.arrival_s, r.prompt_tokens, r.output_tokens, r.priority, r.content, r.parent)
+        for r in reqs]
+    return reqs
