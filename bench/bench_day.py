@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.config import make_config
 from sim.cluster.stream_replay import replay_streamed
+from sim.config import make_config
 from workloads import load_trace
 from workloads.schema import Trace, validate
 

@@ -7,13 +7,14 @@ import pytest
 
 from calibration.nnls_fit import fit_terms, nnls_relative
 from sim.cost import StepBatch, basis_of, build_cost_model
-from sim.cost.calibrated import build_calibrated, committed_calibrations
+from sim.cost.calibrated import build_calibrated
 from sim.cost.features import (
     ATTN_TERMS,
     attention_features,
     predict,
     scale_coefficients,
 )
+from sim.cost.sources import committed_calibrations
 from sim.errors import ConfigError
 from sim.model.catalog import resolve_gpu, resolve_model
 from tests.conftest import SHARED

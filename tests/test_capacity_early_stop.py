@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cluster.router import replay_fleet
+from sim.cluster.replay import replay_fleet
 from sim.cluster.slo import Slo, SloTarget, evaluate
 from sim.fleet.candidate import Candidate
 from sim.fleet.capacity import SearchSpec, search_seed

@@ -52,7 +52,7 @@ CASES = [
     ("offload-kv-aware", {"num_gpu_blocks": 400, "block_size": 8, "max_model_len": 3192,
                           "kv_offloading_size": 0.05}, "azure", "kv-aware"),
     ("mooncake-precise", {"gpu": "h200", "num_gpu_blocks": 1500, "max_model_len": 8192,
-                          "async_scheduling": False}, "mooncake", "kv-aware"),
+                          "async_scheduling": False, "serving_stack": "vllm-2023"}, "mooncake", "kv-aware"),
     ("mooncake-stale-async", {"gpu": "h200", "num_gpu_blocks": 1500, "max_model_len": 8192},
      "mooncake", "kv-aware:view=precise,delay=0.5,kv=1"),
     ("mooncake-approx-dynamo", {"gpu": "h200", "num_gpu_blocks": 1200, "max_model_len": 8192,

@@ -94,9 +94,9 @@ def test_an_empty_run_streams_empty_tables(tmp_path: Path) -> None:
 @pytest.mark.parametrize("router", ["round-robin", "least-outstanding-tokens"])
 def test_streamed_fleet_matches_the_routed_replay(bundled_trace: Trace, tmp_path: Path, router: str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from sim.cluster.router import replay_fleet
-    from sim.io.summary import Percentiles
+    from sim.cluster.replay import replay_fleet
     from sim.cluster.stream_replay import replay_streamed
+    from sim.io.summary import Percentiles
 
     monkeypatch.setattr(stream, "CHUNK", 300)
     cfgs = [make_config(**SMALL)] * 3

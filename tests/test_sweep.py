@@ -131,7 +131,9 @@ def test_resume_after_hard_kill(small_trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "sw"
     cmd = [sys.executable, "-m", "sim.cli.main", "sweep", str(small_trace), "--out", str(out),
            "--cost-model", "constant:0.01", "-j", "2",
-           "--set", "max_num_seqs=4,8,16,32,64,128", "--set", "block_size=8,16,32"]
+           "--set", "max_num_seqs=4,8,16,32,64,128", "--set", "block_size=8,16,32",
+           "--set", "max_num_batched_tokens=512,1024,2048,4096,8192,16384"]
+    n = 6 * 3 * 6  # points: enough that rows buffered up to a second apart leave some unwritten
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             process_group=0)
     deadline = time.monotonic() + 120
@@ -144,16 +146,16 @@ def test_resume_after_hard_kill(small_trace: Path, tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     before = _recorded(out)
-    assert 3 <= len(before) < 18, "kill must land mid-run"
+    assert 3 <= len(before) < n, "kill must land mid-run"
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     flat = " ".join(done.stderr.split())
-    assert f"ran {18 - len(set(before))}, skipped {len(set(before))} already done" in flat
+    assert f"ran {n - len(set(before))}, skipped {len(set(before))} already done" in flat
     df = pd.read_parquet(out / "sweep.parquet")
-    assert len(df) == 18 and df["key"].is_unique
+    assert len(df) == n and df["key"].is_unique
     assert (df["status"] == "ok").all()
-    assert sorted(zip(df["max_num_seqs"], df["block_size"], strict=True)) == sorted(
-        (s, b) for s in (4, 8, 16, 32, 64, 128) for b in (8, 16, 32))
+    assert sorted(zip(df["max_num_seqs"], df["block_size"], df["max_num_batched_tokens"], strict=True)) == sorted(
+        (s, b, t) for s in (4, 8, 16, 32, 64, 128) for b in (8, 16, 32) for t in (512, 1024, 2048, 4096, 8192, 16384))
     assert not list((out / "parts").glob("*.parquet"))
 
 

@@ -1,6 +1,6 @@
 """A routed fleet replay in bounded memory: every replica's steps drained by chunks.
 
-:func:`sim.cluster.router.replay_fleet` keeps every replica's step log and builds frames at
+:func:`sim.cluster.replay.replay_fleet` keeps every replica's step log and builds frames at
 the end; a day of traffic on 32 replicas is tens of millions of steps. This replay routes
 the same way (the same policies, :class:`~sim.cluster.router.Router` for live ones) but gives
 each replica a :class:`~sim.io.stream.StepSink` on its ``on_progress`` hook, so the step
