@@ -165,14 +165,20 @@ def fit_v1(stages: Sequence[Stage], *, window_s: float | None = 150.0, seed: int
     floor = np.r_[np.full(len(lay.tps), 0.05), 0.05, 0.05, 1e-4, 1e-6, 1e-4]
     best: tuple[float, np.ndarray, list[StageResult]] | None = None
     with tempfile.TemporaryDirectory() as tmp:
-        res: list[StageResult] = []
-        for it in range(1, iters + 1):
+
+        def simulate_at(theta: np.ndarray) -> list[StageResult]:
+            """Replay every stage under the profile ``theta``; keep it if its loss is the lowest."""
+            nonlocal best
             prof = write_profile(Path(tmp) / "fit.yaml", "fit", stack_entry(lay, theta, description="fit", engine="",
                                                                           fitted_on={}))
             res = [replay(s, str(prof), seed=seed, window_s=window_s, outputs=outputs) for s in fit_stages]
             loss = simulated_loss(lay, res, theta, outputs)
             if best is None or loss < best[0]:
                 best = (loss, theta.copy(), res)
+            return res
+
+        for it in range(1, iters + 1):
+            res = simulate_at(theta)
             # a stage the simulator overloads has no useful gradient (its queue, not its steps,
             # sets the latency): leave it out of this iteration's linear step
             usable = [r for r in res if not r.overloaded] or res
@@ -185,12 +191,7 @@ def fit_v1(stages: Sequence[Stage], *, window_s: float | None = 150.0, seed: int
             theta = new
             if moved < 0.005:
                 break
-        prof = write_profile(Path(tmp) / "fit.yaml", "fit", stack_entry(lay, theta, description="fit", engine="",
-                                                                      fitted_on={}))
-        res = [replay(s, str(prof), seed=seed, window_s=window_s, outputs=outputs) for s in fit_stages]
-        loss = simulated_loss(lay, res, theta, outputs)
-        if best is None or loss < best[0]:
-            best = (loss, theta.copy(), res)
+        simulate_at(theta)
     assert best is not None
     if log:
         log(f"  kept the iterate with the lowest simulated loss ({best[0]:.5f})")
