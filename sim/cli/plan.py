@@ -17,6 +17,7 @@ from rich.table import Table
 
 from sim.cli import options as o
 from sim.cli.progress import progress
+from sim.cluster.links import link_kind
 from sim.cluster.router import POLICIES
 from sim.cluster.slo import QUANTILES, Slo, SloTarget
 from sim.errors import ConfigError
@@ -24,6 +25,7 @@ from sim.fleet.candidate import KNOBS, grid
 from sim.fleet.explain import INFEASIBLE, tp_refusal
 from sim.fleet.planner import Plan, PlanSpec, run_plan
 from sim.fleet.prices import load_prices
+from sim.fleet.xpyd_plan import parse_splits, split_routers
 from sim.model.catalog import resolve_gpu, resolve_model
 
 _TTFT, _TPOT, _E2E = "time to first token", "time per output token after the first", "end-to-end latency"
@@ -71,7 +73,7 @@ def build_slo(values: dict[str, float | None], attainment: float | None) -> Slo:
 def rich_table(plan: Plan) -> Table:
     d = plan.demand
     t = Table(title=f"kvsim plan | peak {d.peak_qps:.1f} QPS (mean {d.mean_qps:.1f}) | {plan.spec.slo.describe()}")
-    for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("knobs", "left"), ("replicas (GPUs) [band edge]", "right"),
+    for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("unit", "left"), ("knobs", "left"), ("replicas (GPUs) [band edge]", "right"),
                  ("SLO", "center"),
                  ("attain LCB", "right"), ("QPS/replica (95% CI)", "right"), ("headroom", "right"),
                  ("$/h", "right"), ("$/1M out", "right"), ("$/day", "right"), ("KV util", "right"),
@@ -81,7 +83,8 @@ def rich_table(plan: Plan) -> Table:
         ok = bool(r["slo_pass"])
         price_flag = "*" if r["price_unverified"] else ""
         t.add_row(
-            str(int(i) + 1), str(r["gpu"]), str(r["tp"]), str(r["knobs"]),  # type: ignore[call-overload]
+            str(int(i) + 1), str(r["gpu"]), str(r["tp"]), r["shape"] if r["shape"] == "unified" else f"{r['shape']} {r['router']}",  # type: ignore[call-overload]
+            str(r["knobs"]),
             "infeasible" if INFEASIBLE in str(r["note"]) else f"{r['replicas']} ({r['gpus']})"
             + (f" [{r['replicas_pessimistic']}]" if r.get("replicas_pessimistic", pd.NA) is not pd.NA else ""),
             ("yes" if r["validated"] else "yes (math)") if ok else "no",
@@ -108,8 +111,9 @@ def _check(args: dict[str, Any]) -> None:
         raise ConfigError(f"--backend {args['backend']!r}: expected local or ray")
     if args["address"] and args["backend"] != "ray":
         raise ConfigError("--address needs --backend ray")
-    if args["router"] not in POLICIES:
-        raise ConfigError(f"--router {args['router']!r}: expected one of {', '.join(POLICIES)}")
+    split_routers(args["router"])  # each spec, or a one-line error naming --router
+    if args["link_gbps"] is not None and not args["link_gbps"] > 0:
+        raise ConfigError(f"--link-gbps {args['link_gbps']!r}: must be > 0 (GB/s per lane)")
     for flag, lo in (("seeds", 1), ("window", 50), ("workers", 1), ("search_iters", 0), ("n_plus_k", 0)):
         if args[flag] < lo:
             raise ConfigError(f"--{flag.replace('_', '-')} {args[flag]}: must be >= {lo}")
@@ -146,7 +150,14 @@ def register(app: typer.Typer) -> None:
         price_point: Annotated[str, typer.Option(help="low | typical | high catalog price.")] = "typical",
         n_plus_k: Annotated[int, typer.Option(help="Spare replicas for failures (N+k).")] = 0,
         headroom: Annotated[float, typer.Option(help="Extra capacity over peak, e.g. 0.2.")] = 0.0,
-        router: Annotated[str, typer.Option(help="round-robin | least-outstanding-tokens | prefix-affinity")] = "least-outstanding-tokens",
+        router: Annotated[str, typer.Option(help=f"Router spec(s), comma-separated: {' | '.join(POLICIES)} (options as in "
+                                            "simulate). Unified fleets are validated behind the first; each "
+                                            "xPyD split is searched behind each.")] = "least-outstanding-tokens",
+        disagg: Annotated[str | None, typer.Option("--disagg", help="Also search disaggregated prefill/decode "
+                                                   "splits (llm-d's xPyD), comma-separated: 1P3D, 1P3D:2/1 (TP "
+                                                   "prefill/decode), or N (every split of N instances).")] = None,
+        link: Annotated[str, typer.Option(help="KV link kind between prefill and decode (links.yaml).")] = "rdma-ndr",
+        link_gbps: Annotated[float | None, typer.Option(help="Override the link's GB/s per lane.")] = None,
         seeds: Annotated[int, typer.Option(help="Replications (trace windows) per candidate.")] = 3,
         seed: Annotated[int, typer.Option(min=0, help="Base seed.")] = 0,
         window: Annotated[int, typer.Option(help="Requests per capacity-search window.")] = 2000,
@@ -199,17 +210,22 @@ def register(app: typer.Typer) -> None:
                                       serving_stack=serving_stack, preset=preset,
                                       max_model_len=max_model_len, enable_prefix_caching=enable_prefix_caching).items()
                 if v is not None}
-        cands = grid([g.lower() for g in gpus], tps, knobs)
+        routers = split_routers(router)
+        splits = parse_splits(disagg, routers, link, link_gbps) if disagg is not None else []
+        if splits:
+            link_kind(link)
+        cands = grid([g.lower() for g in gpus], tps, knobs, splits)
         for c in cands:
-            c.config(base)  # flag-level errors (bad knob values) before any simulation
+            for role in ("unified",) if c.split is None else ("prefill", "decode"):
+                c.config(base, role)  # flag-level errors (bad knob values) before any simulation
         price_table = load_prices(prices)
         spec = PlanSpec(
             gpus=[g.lower() for g in gpus], tps=tps, slo=slo, base=base, prices=price_table, knobs=knobs,
-            rate_scale=rate_scale or 1.0, target_qps=target_qps, router=router, n_plus_k=n_plus_k,
+            rate_scale=rate_scale or 1.0, target_qps=target_qps, router=routers[0], n_plus_k=n_plus_k,
             headroom=headroom, replications=seeds, seed=seed, window=window, iters=search_iters,
             peak_window_s=peak_window, bucket_s=bucket, cold_start_s=cold_start,
             price_point=price_point,  # type: ignore[arg-type]
-            validate=validate, backend=backend, workers=workers, address=address)
+            validate=validate, backend=backend, workers=workers, address=address, splits=splits)
         from sim.fleet.report import sha256, versions, write_bundle
         from workloads import load_trace
         console = Console(stderr=True)
@@ -259,7 +275,8 @@ def _inputs(args: dict[str, Any], spec: PlanSpec, tr: Any, file_hash: str, vers:
         "load": {"rate_scale": args["rate_scale"], "target_qps": args["target_qps"]},
         "seeds": {"seed": spec.seed, "replications": spec.replications, "window": spec.window,
                   "keep": 0.9, "warmup": 0.1, "search_iters": spec.iters},
-        "router": spec.router, "n_plus_k": spec.n_plus_k, "headroom": spec.headroom,
+        "router": args["router"], "disagg": args["disagg"], "link": args["link"], "link_gbps": args["link_gbps"],
+        "n_plus_k": spec.n_plus_k, "headroom": spec.headroom,
         "autoscale": {"bucket_s": spec.bucket_s, "cold_start_s": spec.cold_start_s},
         "peak_window_s": spec.peak_window_s, "price_point": spec.price_point, "prices": prices,
         "backend": spec.backend, "workers": spec.workers, "versions": vers,

@@ -44,7 +44,8 @@ from workloads.schema import Trace
 
 @dataclass(slots=True)
 class ClusterResult:
-    requests: pd.DataFrame            # request_frame + instance, prefill_instance, transfer_s, kv_wait_s
+    requests: pd.DataFrame            # request_frame + instance, prefill_instance, prefill_start_s,
+                                      # prefill_done_s, transfer_s, kv_wait_s
     steps: pd.DataFrame               # every instance's steps + instance
     names: list[str]
     roles: list[str]
@@ -202,17 +203,19 @@ class ClusterRun:
         frame = request_frame(self.reqs)
         n = len(self.reqs)
         pre = np.full(n, -1, dtype=np.int64)
-        xfer, wait, done = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+        xfer, wait, done, start = (np.full(n, np.nan) for _ in range(4))
         for uid, p in self.prefill_of.items():
             pre[uid] = p
             c = self.clones[uid]
             done[uid] = c.finish_s if c.finish_s >= 0 else np.nan
+            start[uid] = c.first_scheduled_s if c.first_scheduled_s >= 0 else np.nan
         for uid, rec in self.records.items():
             if rec.landed_s >= 0:
                 xfer[uid] = rec.landed_s - rec.start_s
                 wait[uid] = rec.landed_s - rec.reached_s
         frame["instance"], frame["prefill_instance"] = self.instance, pre
-        frame["prefill_done_s"], frame["transfer_s"], frame["kv_wait_s"] = done, xfer, wait
+        frame["prefill_start_s"], frame["prefill_done_s"] = start, done  # on its prefill instance
+        frame["transfer_s"], frame["kv_wait_s"] = xfer, wait
         frame["replica"] = self.instance
         steps = []
         for k, rep in enumerate(self.reps):

@@ -84,12 +84,14 @@ def band_columns(table: pd.DataFrame, edges: dict[Candidate, BandEdge], spec: Pl
         if shape not in bases:
             bases[shape] = candidate_basis(Candidate(*shape), spec.base)
         b = bases[shape]
-        edge = next((e for c, e in edges.items() if (c.gpu, c.tp, c.knob_text) == (*shape, r["knobs"])), None)
+        unit = (*shape, r["knobs"], r.get("shape", "unified"))
+        edge = next((e for c, e in edges.items() if (c.gpu, c.tp, c.knob_text, c.shape) == unit), None)
         n = edge.replicas if edge is not None else pd.NA
+        per_unit = int(r.get("gpus_per_unit", r["tp"]))
         rows.append({"cost_basis": b.basis, "band_pessimistic_pct": 100 * b.band[1],
                      "qps_pessimistic": edge.qps if edge is not None else math.nan,
                      "replicas_pessimistic": n,
-                     "cost_per_hour_pessimistic": edge.replicas * int(r["tp"]) * float(r["price_per_gpu_hour"])
+                     "cost_per_hour_pessimistic": edge.replicas * per_unit * float(r["price_per_gpu_hour"])
                      if edge is not None and edge.replicas else math.nan})
     extra = pd.DataFrame(rows)
     extra["replicas_pessimistic"] = extra["replicas_pessimistic"].astype("Int64")

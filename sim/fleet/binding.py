@@ -4,6 +4,11 @@ From the step records (weighted by step duration) and the request records we mea
 requests that miss the SLO are waiting for; the first rule that holds names the limit:
 
 ========================  ===================================================================
+``decode-kv-receive``     (xPyD) >= 5 % of the pulls waited for free decode blocks to receive
+                          into, and the slowest requests spend more of their TTFT waiting for
+                          them than on the link
+``link-bandwidth``        (xPyD) the slowest 10 % of requests spend >= 25 % of their TTFT
+                          moving KV over the prefill -> decode link
 ``kv-memory``             preemptions (>= 5 per 1k requests), or requests queued while the KV
                           pool is nearly full (< 5 % free) for >= 25 % of the time
 ``max_num_seqs``          requests queued while the batch is at ``max_num_seqs`` >= 25 % of the time
@@ -20,7 +25,8 @@ requests that miss the SLO are waiting for; the first rule that holds names the 
                           although no cap binds: every step is slow (the GPU is saturated)
 ========================  ===================================================================
 
-The thresholds are deliberately coarse (this is a label for a table, not a measurement); the
+The two xPyD rules come first (the decode pool that cannot take a pull shows as a full KV pool
+too; the link is the more specific name). The thresholds are deliberately coarse (this is a label for a table, not a measurement); the
 shares behind it are kept next to it (``capacity_probes``, :class:`Diagnostics`).
 """
 
@@ -33,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 KV_FREE_SHARE = 0.05      # "full" = less than 5 % of the pool free
+KV_BLOCKED_SHARE = 0.05   # xPyD: share of pulls that waited for decode blocks
 KV_PREEMPT_PER_1K = 5.0   # preemptions per 1,000 requests that make KV the binding limit
 SHARE = 0.25              # share of queued time that makes a cap the binding limit
 MOSTLY = 0.5              # "most of the time"
@@ -42,6 +49,13 @@ SLOT_COLS = ("token_state_slots", "reserved_slots", "internal_frag_slots", "exte
 
 #: label -> (what it means, what would relax it); plans print both next to the labels they use
 LABELS: dict[str, tuple[str, str]] = {
+    "decode-kv-receive": ("prefilled requests wait for free decode blocks to receive their KV into "
+                          "(vLLM's WAITING_FOR_REMOTE_KVS with no room)",
+                          "more decode instances or decode KV memory (a higher --gpu-memory-utilization, more TP "
+                          "or a larger GPU for the decode role), or a lower prefill:decode ratio"),
+    "link-bandwidth": ("TTFT misses because moving the prompt's KV from prefill to decode takes too long",
+                       "a faster link (NVLink within a node, a faster NIC), more TP (more lanes), an FP8 KV cache, "
+                       "or a unified fleet"),
     "kv-memory": ("requests are preempted or wait for KV blocks",
                   "more KV memory: a higher --gpu-memory-utilization, a larger GPU or more TP"),
     "max_num_seqs": ("requests wait while the batch is full", "a higher --max-num-seqs"),
@@ -71,6 +85,9 @@ class Diagnostics:
     failing: tuple[str, ...]  # SLO targets that failed (ttft_p99<=1s, tpot_..., joint>=...)
     prefill_step_share: float = 0.0   # running requests' time spent in steps carrying prompt tokens
     tail_wait_share: float = 0.0      # slowest 10 % by TTFT: share of their TTFT spent waiting
+    kv_blocked_share: float = 0.0     # xPyD: share of pulls that waited for free decode blocks
+    transfer_share: float = 0.0       # xPyD: slowest 10 %: share of their TTFT on the link
+    recv_wait_share: float = 0.0      # xPyD: slowest 10 %: share waiting for blocks to receive into
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,6 +138,10 @@ def diagnose(steps: pd.DataFrame, num_requests: int, preemptions: int, max_num_s
 
 def classify(d: Diagnostics) -> str:
     """The binding-constraint label (see the module docstring)."""
+    if d.kv_blocked_share >= KV_BLOCKED_SHARE and d.recv_wait_share > 0 and d.recv_wait_share >= d.transfer_share:
+        return "decode-kv-receive"
+    if d.transfer_share >= SHARE:
+        return "link-bandwidth"
     if d.preempt_per_1k >= KV_PREEMPT_PER_1K or d.kv_full_share >= SHARE:
         return "kv-memory"
     if d.seq_cap_share >= SHARE:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from sim.cluster.replay import replay_fleet
 from sim.cluster.slo import Slo, SloEval, SloTarget, evaluate
 from sim.config.schema import SimConfig
 from sim.errors import ConfigError
+from sim.fleet import breakdown
 from sim.fleet.binding import Diagnostics, classify, diagnose
 from sim.fleet.candidate import Candidate
 from sim.fleet.workload import at_qps, draw_window, to_trace
@@ -80,7 +82,7 @@ class SeedCapacity:
 
 
 def _metrics(req: pd.DataFrame, steps: pd.DataFrame, preemptions: int, pool_slots: int,
-             ev: SloEval) -> dict[str, float]:
+             ev: SloEval, roles: tuple[str, ...] = ("unified",)) -> dict[str, float]:
     mem = memory_breakdown(steps)
 
     def pct(col: str, q: float) -> float:
@@ -95,6 +97,7 @@ def _metrics(req: pd.DataFrame, steps: pd.DataFrame, preemptions: int, pool_slot
         "frag_share": mem["internal_frag"] + mem["external_frag"],
         "preempt_per_1k": 1000.0 * preemptions / max(len(req), 1),
         "kv_tokens": float(pool_slots),
+        **breakdown.summary(req, steps, list(roles)),   # TTFT parts, busy share per role
     }
 
 
@@ -133,12 +136,25 @@ def _probe(cfg: SimConfig, spec: SearchSpec, window: pd.DataFrame, qps: float
     return probe, m, diag
 
 
-def search_seed(cand: Candidate, spec: SearchSpec, rep: int, trace_df: pd.DataFrame) -> SeedCapacity:
-    """Bracket then bisect the max passing QPS for one replication (runs in a worker)."""
+ProbeFn = Callable[[Candidate, SearchSpec, pd.DataFrame, float], tuple[Probe, dict[str, float], Diagnostics]]
+
+
+def probe_replica(cand: Candidate, spec: SearchSpec, window: pd.DataFrame, qps: float
+                  ) -> tuple[Probe, dict[str, float], Diagnostics]:
+    """The probe of a unified candidate: one replica (:func:`_probe`)."""
+    return _probe(cand.config(spec.base), spec, window, qps)
+
+
+def search_seed(cand: Candidate, spec: SearchSpec, rep: int, trace_df: pd.DataFrame,
+                probe: ProbeFn = probe_replica) -> SeedCapacity:
+    """Bracket then bisect the max passing QPS of one unit for one replication (runs in a
+    worker). ``probe`` runs the unit at one rate: one replica by default, an xPyD group with
+    :func:`sim.fleet.xpyd_plan.probe_split`. A ConfigError (a shape that does not fit) ends the
+    search with the error as the candidate's note."""
     out = SeedCapacity(cand, rep, 0.0)
     try:
-        cfg = cand.config(spec.base)
-        static_parts(cfg)  # fail fast on shapes that do not fit (and build budget + cost tables once)
+        for role in ("unified",) if cand.split is None else ("prefill", "decode"):
+            static_parts(cand.config(spec.base, role))  # fail fast (and build budget + cost tables once)
     except ConfigError as e:
         out.error = str(e)
         return out
@@ -147,7 +163,7 @@ def search_seed(cand: Candidate, spec: SearchSpec, rep: int, trace_df: pd.DataFr
 
     def run(q: float) -> bool:
         nonlocal lo, hi
-        p, m, d = _probe(cfg, spec, window, q)
+        p, m, d = probe(cand, spec, window, q)
         out.probes.append(p)
         if p.passed and q > lo:
             lo, out.at_capacity = q, m
@@ -155,19 +171,23 @@ def search_seed(cand: Candidate, spec: SearchSpec, rep: int, trace_df: pd.DataFr
             hi, out.above = q, d
         return p.passed
 
-    q = min(max(spec.q_start, spec.q_min), spec.q_max)
-    if run(q):
-        while hi == math.inf and q < spec.q_max:
-            q = min(q * 2, spec.q_max)
-            run(q)
-        out.hit_ceiling = hi == math.inf
-    else:
-        while lo == 0.0 and q > spec.q_min:
-            q = max(q / 2, spec.q_min)
-            run(q)
-    if lo > 0 and hi < math.inf:
-        for _ in range(spec.iters):
-            run(math.sqrt(lo * hi))
+    try:
+        q = min(max(spec.q_start, spec.q_min), spec.q_max)
+        if run(q):
+            while hi == math.inf and q < spec.q_max:
+                q = min(q * 2, spec.q_max)
+                run(q)
+            out.hit_ceiling = hi == math.inf
+        else:
+            while lo == 0.0 and q > spec.q_min:
+                q = max(q / 2, spec.q_min)
+                run(q)
+        if lo > 0 and hi < math.inf:
+            for _ in range(spec.iters):
+                run(math.sqrt(lo * hi))
+    except ConfigError as e:  # a P/D shape found not to fit when its cluster is built
+        out.error = str(e)
+        return out
     out.qps = lo
     return out
 
@@ -208,7 +228,8 @@ def combine(cand: Candidate, seeds: list[SeedCapacity], confidence: float = 0.95
         binding = max(sorted(set(labels)), key=labels.count)  # ties: alphabetical (deterministic)
         diag = {k: float(np.mean([getattr(d, k) for d in above]))
                 for k in ("queued_share", "kv_full_share", "seq_cap_share", "token_cap_share", "preempt_per_1k",
-                          "prefill_step_share", "tail_wait_share")}
+                          "prefill_step_share", "tail_wait_share", "kv_blocked_share", "transfer_share",
+                          "recv_wait_share")}
     else:
         binding, diag = "none (search ceiling)", {}
     return CapacityEstimate(cand, mean, max(0.0, mean - half), mean + half, seeds, metrics, binding, diag)

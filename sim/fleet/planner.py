@@ -2,8 +2,8 @@
 
 ::
 
-    for gpu, tp, knobs in grid:                       # candidate.py
-        capacity[c] = bisect QPS over seeds           # capacity.py (parallel: local / Ray)
+    for gpu, tp, knobs[, xPyD split] in grid:         # candidate.py
+        capacity[c] = bisect QPS of one unit over seeds   # capacity.py (a split: xpyd_plan.py)
     N[c] = ceil(peak_qps x (1 + headroom) / capacity[c]) + k
     best knobs per (gpu, tp) = max capacity per GPU
     validate N by a routed replay of the full trace   # validate.py, router.py
@@ -28,12 +28,21 @@ from sim.fleet import autoscale
 from sim.fleet.autoscale import AutoscaleCost
 from sim.fleet.band import BandEdge, band_columns, band_edges
 from sim.fleet.candidate import Candidate, grid
-from sim.fleet.capacity import KEEP, WARMUP, CapacityEstimate, SearchSpec, combine, search_seed
+from sim.fleet.capacity import (
+    KEEP,
+    WARMUP,
+    CapacityEstimate,
+    SearchSpec,
+    combine,
+    probe_replica,
+    search_seed,
+)
 from sim.fleet.sizing import size
 from sim.fleet.spec import Demand, PlanSpec
 from sim.fleet.table import build_table
-from sim.fleet.validate import ValidateTask, Validation, validate_fleet
+from sim.fleet.validate import ValidateTask, Validation, replay_replicas, validate_fleet
 from sim.fleet.workload import mean_rate, peak_rate, rate_timeline, scale_rate
+from sim.fleet.xpyd_plan import probe_split, replay_split
 from sim.run.executor import run_tasks
 
 
@@ -59,11 +68,11 @@ Progress = Callable[[str, int, int], None]
 
 def _search_task(task: tuple[Candidate, SearchSpec, int], df: pd.DataFrame) -> Any:
     cand, spec, rep = task
-    return search_seed(cand, spec, rep, df)
+    return search_seed(cand, spec, rep, df, probe_replica if cand.split is None else probe_split)
 
 
 def _validate_task(task: ValidateTask, df: pd.DataFrame) -> Validation:
-    return validate_fleet(task, df)
+    return validate_fleet(task, df, replay_replicas if task.candidate.split is None else replay_split)
 
 
 def measure_demand(df: pd.DataFrame, spec: PlanSpec) -> tuple[pd.DataFrame, Demand]:
@@ -103,11 +112,13 @@ def capacities(spec: PlanSpec, cands: list[Candidate], scaled: pd.DataFrame, dem
 
 
 def best_per_shape(caps: list[CapacityEstimate]) -> list[CapacityEstimate]:
-    """The knob setting with the most QPS per GPU for each (gpu, tp)."""
-    best: dict[tuple[str, int], CapacityEstimate] = {}
+    """The candidate with the most QPS per GPU for each (gpu, tp), unified and xPyD apart
+    (the best knobs; among splits, the best ratio and router)."""
+    best: dict[tuple[str, int, bool], CapacityEstimate] = {}
     for c in caps:
-        key = (c.candidate.gpu, c.candidate.tp)
-        if c.feasible and (key not in best or c.qps > best[key].qps):
+        key = (c.candidate.gpu, c.candidate.tp, c.candidate.split is None)
+        per_gpu = c.qps / c.candidate.gpus_per_unit
+        if c.feasible and (key not in best or per_gpu > best[key].qps / best[key].candidate.gpus_per_unit):
             best[key] = c
     return list(best.values())
 
@@ -148,7 +159,7 @@ def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None,
     GPU x TP at the pessimistic edge of the cost model's step-time error band."""
     check_window(spec, len(df))
     scaled, demand = measure_demand(df, spec)
-    cands = grid(spec.gpus, spec.tps, spec.knobs)
+    cands = grid(spec.gpus, spec.tps, spec.knobs, spec.splits)
     caps = capacities(spec, cands, scaled, demand, progress)
     vals = validate(spec, caps, scaled, demand, progress) if spec.validate else {}
     t, rate = rate_timeline(scaled["arrival_s"].to_numpy(np.float64), spec.bucket_s)

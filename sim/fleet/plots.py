@@ -44,7 +44,8 @@ def pareto_figure(table: pd.DataFrame, peak_qps: float) -> Figure:
         cost = np.ceil(q / r["max_qps_per_replica"] - 1e-9) * per
         curves.append(cost)
         style = dict(alpha=0.9) if r["slo_pass"] else dict(alpha=0.35, color="grey")
-        label = f"{r['gpu']} tp{r['tp']}" + ("" if r["knobs"] == "defaults" else f" {r['knobs']}")
+        label = f"{r['gpu']} tp{r['tp']}" + ("" if r.get("shape", "unified") == "unified" else f" {r['shape']}")
+        label += "" if r["knobs"] == "defaults" else f" {r['knobs']}"
         ax.step(q, cost, where="post", label=label + ("" if r["slo_pass"] else " (fails replay)"), **style)
         ax.plot([r["replicas"] * r["max_qps_per_replica"]], [r["cost_per_hour"]], "o",
                 color=ax.lines[-1].get_color(), ms=5)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
-import platform
 import shlex
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +14,15 @@ import yaml
 from sim.errors import ConfigError
 from sim.fleet import plots
 from sim.fleet.binding import LABELS
+from sim.fleet.disagg_report import disagg_section, unit_suffix, unit_text
 from sim.fleet.explain import INFEASIBLE, SOFT_BASES, lowest_probe, ranking_caveat
 from sim.fleet.planner import Plan
+from sim.fleet.provenance import sha256, versions
+
+__all__ = ["sha256", "versions", "write_bundle"]
 
 MD_COLS = {
-    "gpu": "GPU", "tp": "TP", "knobs": "knobs", "replicas": "replicas", "gpus": "GPUs",
+    "gpu": "GPU", "tp": "TP", "shape": "unit", "knobs": "knobs", "replicas": "replicas", "gpus": "GPUs",
     "slo_pass": "SLO ok", "attainment_lower": "attain (LCB)", "max_qps_per_replica": "QPS/replica",
     "headroom_pct": "headroom %", "cost_per_hour": "$/h", "cost_per_1m_out_tokens": "$/1M out",
     "cost_per_day": "$/day", "autoscale_cost_per_day": "$/day autoscaled", "kv_util": "KV util",
@@ -35,25 +36,6 @@ NEGATIVE_HEADROOM = (
     "per-replica capacity. Capacity is measured one replica at a time on busy windows; behind a router the "
     "replicas share each burst, so the fleet carries more than the sum suggests. The replay decides the size; "
     "headroom compares it with the per-replica arithmetic.")
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def versions(backend: str) -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    pkgs = ["kvsim", "numpy", "pandas", "simpy", "scipy", "matplotlib"] + (["ray"] if backend == "ray" else [])
-    for p in pkgs:
-        try:
-            out[p] = metadata.version(p)
-        except metadata.PackageNotFoundError:
-            out[p] = "not installed"
-    return out
 
 
 def _fmt(col: str, v: Any) -> str:
@@ -127,17 +109,18 @@ def recommendation(plan: Plan) -> str:
                     "the latencies there and what would help are under Notes.")
         return "**No candidate meets the SLO** at this load; see the binding constraints and Notes below."
     edge = _band_edge(b)
-    n, tp = (edge[0], int(b["tp"])) if edge else (int(b["replicas"]), int(b["tp"]))
+    n = edge[0] if edge else int(b["replicas"])
     per_hour = edge[1] if edge else float(b["cost_per_hour"])
     scale = per_hour / float(b["cost_per_hour"]) if b["cost_per_hour"] else 1.0
-    return (f"**Recommended: {n} x {b['gpu']} (TP={tp}, {b['knobs']})** = "
-            f"{_count(n * tp, 'GPU')}, ${per_hour:,.2f}/h, ${scale * b['cost_per_1m_out_tokens']:.3f} per 1M output "
+    what, word, per_unit = unit_text(b)
+    return (f"**Recommended: {n} x {what}** = "
+            f"{_count(n * per_unit, 'GPU')}, ${per_hour:,.2f}/h, ${scale * b['cost_per_1m_out_tokens']:.3f} per 1M output "
             f"tokens, ${24 * per_hour:,.0f}/day static"
             + ("" if edge else f" (${b['autoscale_cost_per_day']:,.0f}/day autoscaled)") + ". "
-            f"One replica sustains {b['max_qps_per_replica']:.1f} QPS within the SLO (95% CI "
+            f"One {word} sustains {b['max_qps_per_replica']:.1f} QPS within the SLO (95% CI "
             f"{b['qps_ci_low']:.1f}–{b['qps_ci_high']:.1f}); peak demand {b['peak_qps']:.1f} QPS; "
-            f"headroom {b['headroom_pct']:.0f}% at {_count(int(b['replicas']), 'replica')}; binding constraint: "
-            f"{b['binding_constraint']}. Routed replay of the full trace at {_count(int(b['replicas']), 'replica')}: attainment "
+            f"headroom {b['headroom_pct']:.0f}% at {_count(int(b['replicas']), word)}; binding constraint: "
+            f"{b['binding_constraint']}. Routed replay of the full trace at {_count(int(b['replicas']), word)}: attainment "
             f"{100 * b['attainment']:.2f}% (lower bound {100 * b['attainment_lower']:.2f}%)."
             + _band_note(b, edge is not None))
 
@@ -149,7 +132,8 @@ def serving_stack_line(plan: Plan) -> str:
 
     row = plan.best if plan.best is not None else None
     cands = [c.candidate for c in plan.capacities]
-    cand = next((c for c in cands if row is not None and (c.gpu, c.tp, c.knob_text) == (row["gpu"], row["tp"], row["knobs"])),
+    cand = next((c for c in cands if row is not None and (c.gpu, c.tp, c.knob_text, c.shape)
+                 == (row["gpu"], row["tp"], row["knobs"], row.get("shape", "unified"))),
                 cands[0] if cands else None)
     if cand is None:
         return ""
@@ -177,7 +161,7 @@ def cost_models(table: pd.DataFrame, inputs: dict[str, Any]) -> str:
 
 def notes_section(table: pd.DataFrame) -> list[str]:
     """Per-row notes (infeasibility, failed replays, prices) and the binding labels used."""
-    lines = [f"- #{int(i) + 1} {r['gpu']} TP{r['tp']}: {r['note']}"  # type: ignore[call-overload]
+    lines = [f"- #{int(i) + 1} {r['gpu']} TP{r['tp']}{unit_suffix(r)}: {r['note']}"  # type: ignore[call-overload]
              for i, r in table.iterrows() if str(r["note"])]
     if "headroom_pct" in table and (table["headroom_pct"] < 0).any():
         lines.append(NEGATIVE_HEADROOM)
@@ -204,7 +188,8 @@ def capacity_frame(plan: Plan) -> pd.DataFrame:
     for c in plan.capacities:
         for s in c.seeds:
             for p in s.probes:
-                rows.append({"gpu": c.candidate.gpu, "tp": c.candidate.tp, "knobs": c.candidate.knob_text,
+                rows.append({"gpu": c.candidate.gpu, "tp": c.candidate.tp, "shape": c.candidate.shape,
+                             "knobs": c.candidate.knob_text,
                              "replication": s.rep, "qps": p.qps, "passed": p.passed,
                              "attainment": p.attainment, "attainment_lower": p.attainment_lower,
                              "ttft_p99": p.ttft_p99, "tpot_p99": p.tpot_p99,
@@ -213,7 +198,7 @@ def capacity_frame(plan: Plan) -> pd.DataFrame:
 
 
 def validation_frame(plan: Plan) -> pd.DataFrame:
-    rows = [{"gpu": c.gpu, "tp": c.tp, "knobs": c.knob_text, **t}
+    rows = [{"gpu": c.gpu, "tp": c.tp, "shape": c.shape, "knobs": c.knob_text, **t}
             for c, v in plan.validations.items() for t in v.tries]
     return pd.DataFrame(rows)
 
@@ -238,7 +223,8 @@ def write_bundle(plan: Plan, out: Path, inputs: dict[str, Any], command: list[st
         paths["replicas"] = plots.replicas_over_time(plan.autoscale, int(b["replicas"]), label,
                                                     out / "replicas_over_time.png")
     val = next((v for c, v in plan.validations.items()
-                if b is not None and (c.gpu, c.tp, c.knob_text) == (b["gpu"], b["tp"], b["knobs"])), None)
+                if b is not None and (c.gpu, c.tp, c.knob_text, c.shape) == (b["gpu"], b["tp"], b["knobs"], b["shape"])),
+               None)
     if val is not None and val.ttft is not None and val.tpot is not None:
         paths["cdf"] = plots.latency_cdfs(val.ttft, val.tpot, plan.spec.slo, label, out / "latency_cdf.png")
     cmd = shlex.join(command)
@@ -272,7 +258,7 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
     for role, title in (("pareto", front), ("replicas", "Replicas over time"), ("cdf", "Latency CDFs")):
         if role in paths:
             lines.append(f"![{title}]({paths[role].name})")
-    lines += ["", *notes_section(plan.table)]
+    lines += ["", *disagg_section(plan), *notes_section(plan.table)]
     unverified = sorted({r["gpu"] for _, r in plan.table.iterrows() if r["price_unverified"]})
     n_win = min(spec.window, len(plan.scaled))
     win = (f"random window of {n_win:,} requests of the scaled trace" if n_win == spec.window else

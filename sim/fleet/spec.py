@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.cluster.slo import Slo
+from sim.fleet.candidate import Split
 from sim.fleet.prices import GpuPrice, PricePoint
 
 
@@ -39,6 +40,7 @@ class PlanSpec:
     backend: str = "local"
     workers: int = 1
     address: str | None = None
+    splits: list[Split] = field(default_factory=list)   # xPyD groups searched beside unified replicas
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,19 +9,25 @@ import numpy as np
 import pandas as pd
 
 from sim.fleet import autoscale
+from sim.fleet.breakdown import PARTS
 from sim.fleet.capacity import CapacityEstimate
 from sim.fleet.explain import cost_model_of, infeasible_note
 from sim.fleet.sizing import size
 from sim.fleet.spec import Demand, PlanSpec
 from sim.fleet.validate import Validation
 
+# per unit at capacity (one replica, or one xPyD group): mean TTFT parts (they sum to ttft_mean),
+# busy share per role, busiest link, pulls blocked on decode blocks (sim/fleet/breakdown.py, xpyd_plan.py)
+AT_CAPACITY = (*(f"ttft_{p}" for p in PARTS), "ttft_mean", "busy_unified", "busy_prefill", "busy_decode",
+               "link_util", "kv_blocked_per_1k")
 COLUMNS = (
-    "gpu", "tp", "knobs", "replicas", "gpus", "replicas_math", "slo_pass", "validated",
-    "attainment", "attainment_lower", "max_qps_per_replica", "qps_ci_low", "qps_ci_high",
+    "gpu", "tp", "shape", "router", "knobs", "replicas", "gpus", "gpus_per_unit", "replicas_math", "slo_pass",
+    "validated", "attainment", "attainment_lower", "max_qps_per_replica", "qps_ci_low", "qps_ci_high",
     "peak_qps", "headroom_pct", "cost_per_hour", "cost_per_1m_out_tokens", "cost_per_1m_tokens",
     "cost_per_day", "autoscale_cost_per_day", "price_per_gpu_hour", "price_unverified",
     "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "kv_tokens", "kv_util", "frag_share",
-    "preempt_per_1k", "binding_constraint", "cost_model", "cost_basis", "note",
+    "preempt_per_1k", "binding_constraint", "cost_model", "cost_basis", "requests_per_gpu_dollar",
+    *AT_CAPACITY, "note",
 )
 
 
@@ -36,7 +42,7 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
     m = dict(cap.at_capacity)
     if val is not None:
         m.update(val.metrics)
-    per_hour = n * c.tp * usd_gpu if n else math.nan
+    per_hour = n * c.gpus_per_unit * usd_gpu if n else math.nan
     out_tok_h = demand.mean_qps * demand.mean_output_tokens * 3600 / 1e6
     tot_tok_h = demand.mean_qps * demand.mean_total_tokens * 3600 / 1e6
     passed = bool(val.passed) if val is not None else cap.feasible
@@ -45,7 +51,7 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
         pol = autoscale.AutoscalePolicy(bucket_s=spec.bucket_s, cold_start_s=spec.cold_start_s,
                                         headroom=spec.headroom, n_plus_k=spec.n_plus_k)
         sch = autoscale.schedule(timeline[0], timeline[1], cap.qps, pol)
-        ac = autoscale.costs(sch, n, c.tp * usd_gpu, spec.bucket_s)
+        ac = autoscale.costs(sch, n, c.gpus_per_unit * usd_gpu, spec.bucket_s)
         auto = ac.autoscale_cost / ac.hours * 24 if ac.hours else math.nan
     notes = []
     if cap.error:
@@ -60,7 +66,8 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
         notes.append("price unverified")
     cost_name, basis = cost_model_of(c, spec.base)
     return {
-        "gpu": c.gpu, "tp": c.tp, "knobs": c.knob_text, "replicas": n, "gpus": n * c.tp,
+        "gpu": c.gpu, "tp": c.tp, "shape": c.shape, "router": spec.router if c.split is None else c.split.router,
+        "knobs": c.knob_text, "replicas": n, "gpus": n * c.gpus_per_unit, "gpus_per_unit": c.gpus_per_unit,
         "replicas_math": n_math + spec.n_plus_k if cap.feasible else 0,
         "slo_pass": passed and cap.feasible, "validated": val is not None,
         "attainment": m.get("attainment", math.nan), "attainment_lower": m.get("attainment_lower", math.nan),
@@ -75,6 +82,8 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
         **{k: m.get(k, math.nan) for k in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "kv_tokens",
                                           "kv_util", "frag_share", "preempt_per_1k")},
         "binding_constraint": cap.binding, "cost_model": cost_name, "cost_basis": basis,
+        "requests_per_gpu_dollar": cap.qps * 3600 / (c.gpus_per_unit * usd_gpu) if usd_gpu else math.nan,
+        **{k: cap.at_capacity.get(k, math.nan) for k in AT_CAPACITY},
         "note": "; ".join(notes),
     }
 
@@ -88,5 +97,5 @@ def build_table(spec: PlanSpec, demand: Demand, caps: list[CapacityEstimate],
         return df
     tier = np.where(df["slo_pass"] & df["validated"], 0, np.where(df["slo_pass"], 1, 2))
     df = df.assign(_tier=tier, _cost=df["cost_per_hour"].fillna(np.inf), _hr=-df["headroom_pct"].fillna(0))
-    df = df.sort_values(["_tier", "_cost", "_hr", "gpu", "tp"], kind="stable")
+    df = df.sort_values(["_tier", "_cost", "_hr", "gpu", "tp", "shape"], kind="stable")
     return df.drop(columns=["_tier", "_cost", "_hr"]).reset_index(drop=True)

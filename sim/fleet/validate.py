@@ -10,13 +10,14 @@ Vidur/DistServe-style search does (capacity-planning.md 1.4).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from sim.cluster.replay import replay_fleet
+from sim.cluster.replay import FleetResult, replay_fleet
 from sim.cluster.slo import Slo, SloEval, evaluate
 from sim.fleet.candidate import Candidate
 from sim.fleet.workload import to_trace
@@ -45,7 +46,11 @@ class Validation:
     per_replica: pd.DataFrame | None = None
 
 
-def _replay(task: ValidateTask, n: int, df: pd.DataFrame) -> tuple[SloEval, Any, float]:
+Replay = Callable[[ValidateTask, int, pd.DataFrame], tuple[SloEval, FleetResult, float]]
+
+
+def replay_replicas(task: ValidateTask, n: int, df: pd.DataFrame) -> tuple[SloEval, FleetResult, float]:
+    """``n`` unified replicas behind the task's router (stopped once the SLO cannot pass)."""
     t0 = time.perf_counter()
     cfg = task.candidate.config(task.base)
     res = replay_fleet([cfg] * n, to_trace(df, "<full trace>"), task.router, stop_on_fail=(task.slo, 0))
@@ -62,12 +67,13 @@ def _metrics(ev: SloEval, req: pd.DataFrame, preempt: int) -> dict[str, float]:
             "preempt_per_1k": 1000.0 * preempt / max(len(req), 1)}
 
 
-def validate_fleet(task: ValidateTask, df: pd.DataFrame) -> Validation:
-    """Find the smallest N near ``task.replicas`` whose routed replay passes (runs in a worker)."""
+def validate_fleet(task: ValidateTask, df: pd.DataFrame, replay: Replay = replay_replicas) -> Validation:
+    """Find the smallest N near ``task.replicas`` whose routed replay passes (runs in a worker);
+    ``replay`` runs N units (replicas, or xPyD groups: :func:`sim.fleet.xpyd_plan.replay_split`)."""
     out = Validation(task.candidate, task.replicas, False)
 
     def attempt(n: int) -> bool:
-        ev, res, wall = _replay(task, n, df)
+        ev, res, wall = replay(task, n, df)
         out.tries.append({"replicas": n, "passed": ev.passed, "attainment": ev.attainment,
                           "attainment_lower": ev.attainment_lower, "failing": ";".join(ev.failing),
                           "stopped_early": res.aborted, "wall_s": round(wall, 2)})

@@ -52,13 +52,19 @@ def splits(n: int) -> list[tuple[int, int]]:
     return [(0, n), *((x, n - x) for x in range(1, n))]
 
 
-def cluster_for(x: int, y: int, base: dict[str, Any], link: str, router: str, threshold: int) -> dict[str, Any]:
+def cluster_for(x: int, y: int, base: dict[str, Any], link: str | dict[str, Any], router: str, threshold: int,
+                roles: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The cluster mapping (:func:`sim.cluster.spec.parse_cluster`) of ``unified y`` (x = 0) or
+    ``xPyD``; ``link`` a links.yaml kind or a link mapping; ``roles``: config per role over ``base``."""
+    roles = roles or {}
     if x == 0:
-        inst = [{"name": "u", "role": "unified", "count": y}]
+        inst = [{"name": "u", "role": "unified", "count": y, "config": roles.get("unified", {})}]
     else:
-        inst = [{"name": "p", "role": "prefill", "count": x}, {"name": "d", "role": "decode", "count": y}]
+        inst = [{"name": "p", "role": "prefill", "count": x, "config": roles.get("prefill", {})},
+                {"name": "d", "role": "decode", "count": y, "config": roles.get("decode", {})}]
     return {"router": router, "prefill_router": "least-outstanding-tokens", "flow": "decode-first",
-            "threshold": threshold, "defaults": base, "instances": inst, "links": {"default": {"kind": link}}}
+            "threshold": threshold, "defaults": base, "instances": inst,
+            "links": {"default": {"kind": link} if isinstance(link, str) else link}}
 
 
 def attainment(req: pd.DataFrame, slo: SloPair) -> float:

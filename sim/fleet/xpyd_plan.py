@@ -1,0 +1,163 @@
+"""xPyD splits in ``kvsim plan``: the unit whose capacity is searched is one xPyD group.
+
+The planner's capacity search (:func:`sim.fleet.capacity.search_seed`) brackets and bisects the
+rate one *unit* sustains within the SLO. For a unified candidate the unit is one replica; for a
+:class:`~sim.fleet.candidate.Split` it is ``x`` prefill and ``y`` decode instances behind the
+split's router, run on the P/D cluster runtime (:func:`sim.cluster.disagg.run_cluster`, the
+same cluster mapping as the standalone study :mod:`sim.fleet.xpyd`). This module supplies the
+two policies the planner plugs in for a split -- the probe at one rate, and the routed replay of
+the full trace through ``N`` groups -- and the parser of ``--disagg``.
+
+A split's probe reports, next to the replica metrics, the mean TTFT parts
+(:mod:`sim.fleet.breakdown`), the busy share of each role, the busiest link's utilisation and
+the pulls that waited for decode blocks; its diagnostics carry the tail's transfer and
+receive-wait shares that :func:`sim.fleet.binding.classify` reads for ``link-bandwidth`` and
+``decode-kv-receive``. P/D probes are never stopped early (the cluster runtime has no SLO
+monitor): a failing probe costs its whole window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.cluster.disagg import ClusterResult, run_cluster
+from sim.cluster.replay import FleetResult
+from sim.cluster.router import POLICIES, parse_router
+from sim.cluster.slo import SloEval, evaluate
+from sim.cluster.spec import parse_cluster
+from sim.errors import ConfigError
+from sim.fleet.binding import Diagnostics, diagnose
+from sim.fleet.breakdown import tail_shares
+from sim.fleet.candidate import Candidate, Split
+from sim.fleet.capacity import Probe, SearchSpec, _metrics, _quantile
+from sim.fleet.validate import ValidateTask
+from sim.fleet.workload import at_qps, to_trace
+from sim.fleet.xpyd import cluster_for
+from sim.run.static import static_parts
+
+_SPLIT = re.compile(r"^(\d+)P(\d+)D(?::(\d+)/(\d+))?$", re.IGNORECASE)
+
+
+def cluster(cand: Candidate, base: dict[str, Any], units: int = 1) -> dict[str, Any]:
+    """The cluster mapping of ``units`` copies of ``cand``'s xPyD group (pools of ``units x``
+    prefill and ``units x y`` decode instances)."""
+    s = cand.split
+    if s is None:
+        raise ConfigError(f"{cand.label}: not an xPyD candidate")
+    link: dict[str, Any] = {"kind": s.link, **({"bandwidth_gbps": s.link_gbps} if s.link_gbps else {})}
+    roles = {r: cand.settings(base, r) for r in ("prefill", "decode")}
+    return cluster_for(units * s.prefill, units * s.decode, {}, link, s.router, s.threshold, roles)
+
+
+def run_split(cand: Candidate, base: dict[str, Any], df: pd.DataFrame, units: int = 1,
+              where: str = "<window>") -> ClusterResult:
+    """``df`` (normalized trace columns) through ``units`` of ``cand``'s group."""
+    spec = parse_cluster(cluster(cand, base, units), f"{cand.label}")
+    return run_cluster(spec, to_trace(df, where))
+
+
+def _scheduled_on_prefill(req: pd.DataFrame) -> pd.DataFrame:
+    """Requests as the replica diagnostics read them: a P/D request is first scheduled on its
+    prefill instance (the decode side only schedules it once its KV has landed)."""
+    if "prefill_start_s" not in req.columns:
+        return req
+    start = req["prefill_start_s"].to_numpy(np.float64)
+    return req.assign(first_scheduled_s=np.where(np.isfinite(start), start, req["first_scheduled_s"]))
+
+
+def probe_split(cand: Candidate, spec: SearchSpec, window: pd.DataFrame, qps: float
+                ) -> tuple[Probe, dict[str, float], Diagnostics]:
+    """One xPyD group at one rate (the split counterpart of :func:`sim.fleet.capacity.probe_replica`)."""
+    t0 = time.perf_counter()
+    scaled = at_qps(window, qps)
+    skip = int(len(scaled) * spec.warmup)
+    res = run_split(cand, spec.base, scaled)
+    req = _scheduled_on_prefill(res.requests).iloc[skip:]
+    ev = evaluate(req, spec.slo)
+    b = static_parts(cand.config(spec.base, "decode"))[1]
+    pre = int(res.requests["num_preemptions"].sum())
+    diag = diagnose(res.steps, len(res.requests), pre, b.max_num_seqs, b.max_num_batched_tokens, ev.failing, req)
+    xfer, recv = tail_shares(req)
+    pulls = int((res.requests["prefill_instance"] >= 0).sum())
+    diag = dataclasses.replace(diag, kv_blocked_share=res.decode_kv_blocked / max(pulls, 1),
+                               transfer_share=xfer, recv_wait_share=recv)
+    assert cand.split is not None
+    m = _metrics(req, res.steps, pre, b.pool_slots * cand.split.decode, ev, tuple(res.roles))
+    m["link_util"] = max((lk.utilisation(res.end_s) for lk in res.links.values()), default=0.0)
+    m["kv_blocked_per_1k"] = 1000.0 * res.decode_kv_blocked / max(len(res.requests), 1)
+    observed = tuple((t, _quantile(req, f"{t.metric}_s", t.quantile)) for t in spec.slo.targets)
+    probe = Probe(qps, ev.passed, ev.attainment, ev.attainment_lower, m["ttft_p99"], m["tpot_p99"],
+                  time.perf_counter() - t0, False, observed)
+    return probe, m, diag
+
+
+def as_fleet(res: ClusterResult) -> FleetResult:
+    """A cluster run in the shape of a routed replay (requests with ``replica`` = instance,
+    steps and preemptions per instance), for the planner's validation."""
+    req = res.requests
+    n = len(res.names)
+    inst = req["instance"].to_numpy(np.int64)
+    ok = inst >= 0
+    pre = np.bincount(inst[ok], weights=req["num_preemptions"].to_numpy(np.float64)[ok], minlength=n)
+    steps = [res.steps[res.steps["instance"] == k].drop(columns="instance").reset_index(drop=True)
+             for k in range(n)]
+    return FleetResult(req, steps, [int(p) for p in pre])
+
+
+def replay_split(task: ValidateTask, n: int, df: pd.DataFrame) -> tuple[SloEval, FleetResult, float]:
+    """The full trace through ``n`` xPyD groups (the split counterpart of the routed replay)."""
+    t0 = time.perf_counter()
+    fleet = as_fleet(run_split(task.candidate, task.base, df, n, "<full trace>"))
+    return evaluate(_scheduled_on_prefill(fleet.requests), task.slo), fleet, time.perf_counter() - t0
+
+
+def split_routers(text: str) -> list[str]:
+    """``--router`` as a comma-separated list of router specs; a spec's own options (after its
+    ``:``, comma-separated too) stay with it: ``round-robin,kv-aware:prefix=3,queue=2`` is two."""
+    out: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if out and part.partition(":")[0] not in POLICIES and ":" in out[-1]:
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    for r in out:
+        parse_router(r)
+    return out
+
+
+def parse_splits(text: str, routers: list[str], link: str = "rdma-ndr", link_gbps: float | None = None,
+                 flag: str = "--disagg") -> list[Split]:
+    """``--disagg`` items, comma-separated: ``xPyD`` (e.g. ``1P3D``: TP as the grid's),
+    ``xPyD:TPp/TPd`` (TP per role, e.g. ``1P3D:2/1``), or ``N`` (every split of N instances,
+    ``1P(N-1)D`` .. ``(N-1)P1D``); each once per router of ``routers``."""
+    pairs: list[tuple[int, int, int | None, int | None]] = []
+    for part in (p.strip() for p in text.split(",")):
+        if part.isdigit():
+            n = int(part)
+            if n < 2:
+                raise ConfigError(f"{flag} {text!r}: {part!r}: an xPyD split needs at least 2 instances "
+                                  "(1 prefill + 1 decode)")
+            pairs += [(x, n - x, None, None) for x in range(1, n)]
+            continue
+        m = _SPLIT.match(part)
+        if m is None:
+            raise ConfigError(f"{flag} {text!r}: {part!r}: expected xPyD (e.g. 1P3D), xPyD:TPp/TPd (e.g. "
+                              "1P3D:2/1) or an instance count N >= 2")
+        x, y = int(m[1]), int(m[2])
+        tps = (int(m[3]), int(m[4])) if m[3] else (None, None)
+        if x < 1 or y < 1 or (tps[0] is not None and min(tps) < 1):  # type: ignore[type-var]
+            raise ConfigError(f"{flag} {text!r}: {part!r}: needs >= 1 prefill and >= 1 decode instance, TP >= 1")
+        pairs.append((x, y, *tps))
+    for r in routers:
+        parse_router(r)  # a bad spec: one line naming --router
+    out = []
+    for x, y, tp_p, tp_d in dict.fromkeys(pairs):
+        kw = ((("tensor_parallel_size", tp_p),), (("tensor_parallel_size", tp_d),)) if tp_p else ((), ())
+        out += [Split(x, y, r, link, link_gbps, kw[0], kw[1]) for r in routers]
+    return out
