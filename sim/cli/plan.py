@@ -17,7 +17,6 @@ from rich.table import Table
 
 from sim.cli import options as o
 from sim.cli.progress import progress
-from sim.cluster.links import link_kind
 from sim.cluster.router import POLICIES
 from sim.cluster.slo import QUANTILES, Slo, SloTarget
 from sim.errors import ConfigError
@@ -83,7 +82,7 @@ def rich_table(plan: Plan) -> Table:
         ok = bool(r["slo_pass"])
         price_flag = "*" if r["price_unverified"] else ""
         t.add_row(
-            str(int(i) + 1), str(r["gpu"]), str(r["tp"]), r["shape"] if r["shape"] == "unified" else f"{r['shape']} {r['router']}",  # type: ignore[call-overload]
+            str(int(i) + 1), str(r["gpu"]), str(r["tp"]), "unified" if r.get("shape", "unified") == "unified" else f"{r['shape']} {r['router']}",  # type: ignore[call-overload]
             str(r["knobs"]),
             "infeasible" if INFEASIBLE in str(r["note"]) else f"{r['replicas']} ({r['gpus']})"
             + (f" [{r['replicas_pessimistic']}]" if r.get("replicas_pessimistic", pd.NA) is not pd.NA else ""),
@@ -212,8 +211,6 @@ def register(app: typer.Typer) -> None:
                 if v is not None}
         routers = split_routers(router)
         splits = parse_splits(disagg, routers, link, link_gbps) if disagg is not None else []
-        if splits:
-            link_kind(link)
         cands = grid([g.lower() for g in gpus], tps, knobs, splits)
         for c in cands:
             for role in ("unified",) if c.split is None else ("prefill", "decode"):

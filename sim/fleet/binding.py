@@ -70,7 +70,8 @@ LABELS: dict[str, tuple[str, str]] = {
                  "more TP or a faster GPU"),
 }
 HELPS: dict[str, str] = {k: v[1] for k, v in LABELS.items()}
-BINDINGS = tuple(HELPS)
+PD_BINDINGS = ("decode-kv-receive", "link-bandwidth")   # from a P/D run's pulls (sim/fleet/xpyd_plan.py)
+BINDINGS = tuple(k for k in HELPS if k not in PD_BINDINGS)   # from any run's step and request records
 
 
 @dataclass(frozen=True, slots=True)

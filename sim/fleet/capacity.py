@@ -152,12 +152,12 @@ def search_seed(cand: Candidate, spec: SearchSpec, rep: int, trace_df: pd.DataFr
     :func:`sim.fleet.xpyd_plan.probe_split`. A ConfigError (a shape that does not fit) ends the
     search with the error as the candidate's note."""
     out = SeedCapacity(cand, rep, 0.0)
-    try:
-        for role in ("unified",) if cand.split is None else ("prefill", "decode"):
+    for role in ("unified",) if cand.split is None else ("prefill", "decode"):
+        try:
             static_parts(cand.config(spec.base, role))  # fail fast (and build budget + cost tables once)
-    except ConfigError as e:
-        out.error = str(e)
-        return out
+        except ConfigError as e:
+            out.error = str(e) if cand.split is None else f"{role} instances: {e}"
+            return out
     window = draw_window(trace_df, spec.seed, rep, spec.window, spec.keep)
     lo, hi = 0.0, math.inf
 
@@ -209,6 +209,11 @@ class CapacityEstimate:
         return not self.error and self.qps > 0
 
 
+def _nanmean(v: list[float]) -> float:
+    a = np.asarray(v, dtype=np.float64)
+    return float(np.nanmean(a)) if np.isfinite(a).any() else math.nan  # all-NaN (a role it lacks): no warning
+
+
 def combine(cand: Candidate, seeds: list[SeedCapacity], confidence: float = 0.95) -> CapacityEstimate:
     """Mean capacity over seeds, a Student-t CI, averaged metrics and the majority binding."""
     errs = [s.error for s in seeds if s.error]
@@ -221,7 +226,7 @@ def combine(cand: Candidate, seeds: list[SeedCapacity], confidence: float = 0.95
     else:
         half = 0.0
     caps = [s.at_capacity for s in seeds if s.at_capacity]
-    metrics = {k: float(np.nanmean([c[k] for c in caps])) for k in caps[0]} if caps else {}
+    metrics = {k: _nanmean([c[k] for c in caps]) for k in caps[0]} if caps else {}
     above = [s.above for s in seeds if s.above is not None]
     if above:
         labels = [classify(d) for d in above]

@@ -48,23 +48,35 @@ def _pct(v: Any) -> str:
     return s + "%" if s != "-" else s
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _one(r: pd.Series) -> str:
+    """One candidate in a sentence: per GPU-dollar, the fleet for this demand, the binding label."""
+    what = "unified" if r["shape"] == "unified" else f"{r['shape']} behind {r['router']}"
+    ok = "meets the SLO" if r["slo_pass"] else "does not meet the SLO"
+    busy = ("" if r["shape"] == "unified" else
+            f", prefill {_pct(r['busy_prefill'])} / decode {_pct(r['busy_decode'])} busy, link {_pct(r['link_util'])}")
+    return (f"{what}: {_num(r['requests_per_gpu_dollar'], ',.0f')} requests per GPU-dollar{busy}; for this demand "
+            f"{_count(int(r['replicas']), 'unit')} = {_count(int(r['gpus']), 'GPU')}, ${_num(r['cost_per_hour'], ',.2f')}/h "
+            f"({ok}); binds on `{r['binding_constraint']}`")
+
+
 def _verdict(gpu: str, tp: int, u: pd.Series | None, x: pd.Series | None) -> str:
-    def one(r: pd.Series) -> str:
-        lab = str(r["binding_constraint"])
-        ok = "meets the SLO" if r["slo_pass"] else "does not meet the SLO"
-        return (f"{r['shape']} ({r['router']}): {_num(r['requests_per_gpu_dollar'], ',.0f')} requests per GPU-dollar, "
-                f"{int(r['replicas'])} units = {int(r['gpus'])} GPUs ${_num(r['cost_per_hour'], ',.2f')}/h for this "
-                f"demand ({ok}); binds on `{lab}`")
     if u is None or x is None:
-        have = one(u if u is not None else x) if (u is not None or x is not None) else "no feasible candidate"
-        return f"- **{gpu} TP{tp}**: only one kind is feasible at any load: {have}."
+        have = _one(u if u is not None else x) if (u is not None or x is not None) else "none"  # type: ignore[arg-type]
+        return f"- **{gpu} TP{tp}**: only one kind passes at some load; {have}."
     ru, rx = float(u["requests_per_gpu_dollar"]), float(x["requests_per_gpu_dollar"])
-    wins = "xPyD" if rx > ru else "unified"
+    xpyd = rx > ru
     gap = 100 * (max(ru, rx) / min(ru, rx) - 1) if min(ru, rx) > 0 else math.inf
-    why = (f" Disaggregation is held back by `{x['binding_constraint']}`."
-           if wins == "unified" else f" Unified is held back by `{u['binding_constraint']}`.")
-    return (f"- **{gpu} TP{tp}: {wins} wins** by {_num(gap, '.0f')}% per GPU-dollar. Best unified {one(u)}. "
-            f"Best xPyD {one(x)}.{why}")
+    lose = u if xpyd else x
+    why = f" The {'unified replica' if xpyd else 'xPyD group'} is held back by `{lose['binding_constraint']}`"
+    if not xpyd:
+        idle = "prefill" if float(x["busy_prefill"]) < float(x["busy_decode"]) else "decode"
+        why += f"; its {idle} instances idle most ({_pct(x[f'busy_{idle}'])} busy), and every GPU is paid for"
+    return (f"- **{gpu} TP{tp}: {'xPyD' if xpyd else 'unified'} wins** by {_num(gap, '.0f')}% per GPU-dollar. "
+            f"Best unified {_one(u)}. Best xPyD {_one(x)}.{why}.")
 
 
 def _best(rows: pd.DataFrame) -> pd.Series | None:
@@ -102,9 +114,10 @@ def disagg_section(plan: Plan) -> list[str]:
     bu, bx = (ok[ok["shape"] == "unified"], ok[ok["shape"] != "unified"])
     if len(bu) and len(bx):
         u, x = bu.iloc[0], bx.iloc[0]
-        lines += ["", f"For this demand the cheapest passing fleet is **{'xPyD' if x['cost_per_hour'] < u['cost_per_hour'] else 'unified'}**: "
-                  f"{unit_text(x)[0]} x {int(x['replicas'])} at ${_num(x['cost_per_hour'], ',.2f')}/h vs "
-                  f"{unit_text(u)[0]} x {int(u['replicas'])} at ${_num(u['cost_per_hour'], ',.2f')}/h."]
+        win, other = (x, u) if x["cost_per_hour"] < u["cost_per_hour"] else (u, x)
+        lines += ["", f"For this demand the cheapest passing fleet is **{'unified' if win is u else 'xPyD'}**: "
+                  f"{int(win['replicas'])} x {unit_text(win)[0]} at ${_num(win['cost_per_hour'], ',.2f')}/h, against "
+                  f"{int(other['replicas'])} x {unit_text(other)[0]} at ${_num(other['cost_per_hour'], ',.2f')}/h."]
     lines += ["", "TTFT breakdown (mean seconds over one unit's finished requests at capacity; the parts sum to the "
               "mean TTFT), busy share of each role's instances, busiest link, pulls that waited for decode blocks "
               "(per 1k requests):", "", *breakdown_table(t), ""]

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sim.cluster.disagg import ClusterResult, run_cluster
+from sim.cluster.links import link_kind
 from sim.cluster.replay import FleetResult
 from sim.cluster.router import POLICIES, parse_router
 from sim.cluster.slo import SloEval, evaluate
@@ -156,6 +157,10 @@ def parse_splits(text: str, routers: list[str], link: str = "rdma-ndr", link_gbp
         pairs.append((x, y, *tps))
     for r in routers:
         parse_router(r)  # a bad spec: one line naming --router
+    try:
+        link_kind(link)
+    except ConfigError as e:
+        raise ConfigError(f"--link {link!r}: {str(e).partition(': ')[2]}") from None
     out = []
     for x, y, tp_p, tp_d in dict.fromkeys(pairs):
         kw = ((("tensor_parallel_size", tp_p),), (("tensor_parallel_size", tp_d),)) if tp_p else ((), ())
