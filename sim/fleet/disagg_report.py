@@ -54,7 +54,7 @@ def _count(n: int, word: str) -> str:
 
 def _one(r: pd.Series) -> str:
     """One candidate in a sentence: per GPU-dollar, the fleet for this demand, the binding label."""
-    what = "unified" if r["shape"] == "unified" else f"{r['shape']} behind {r['router']}"
+    what = "replica" if r["shape"] == "unified" else f"{r['shape']} behind {r['router']}"
     ok = "meets the SLO" if r["slo_pass"] else "does not meet the SLO"
     busy = ("" if r["shape"] == "unified" else
             f", prefill {_pct(r['busy_prefill'])} / decode {_pct(r['busy_decode'])} busy, link {_pct(r['link_util'])}")
@@ -119,7 +119,7 @@ def disagg_section(plan: Plan) -> list[str]:
                   f"{int(win['replicas'])} x {unit_text(win)[0]} at ${_num(win['cost_per_hour'], ',.2f')}/h, against "
                   f"{int(other['replicas'])} x {unit_text(other)[0]} at ${_num(other['cost_per_hour'], ',.2f')}/h."]
     lines += ["", "TTFT breakdown (mean seconds over one unit's finished requests at capacity; the parts sum to the "
-              "mean TTFT), busy share of each role's instances, busiest link, pulls that waited for decode blocks "
+              "mean TTFT), busy share of each role's instances (time stepping at all, not saturation: a decode instance with one running request is busy), busiest link, pulls that waited for decode blocks "
               "(per 1k requests):", "", *breakdown_table(t), ""]
     used = [b for b in ("link-bandwidth", "decode-kv-receive") if b in set(t["binding_constraint"])]
     lines += [f"- `{b}` (xPyD): {LABELS[b][0]}." for b in used]
