@@ -223,7 +223,8 @@ def register(app: typer.Typer) -> None:
             peak_window_s=peak_window, bucket_s=bucket, cold_start_s=cold_start,
             price_point=price_point,  # type: ignore[arg-type]
             validate=validate, backend=backend, workers=workers, address=address, splits=splits)
-        from sim.fleet.report import sha256, versions, write_bundle
+        from sim.fleet.provenance import sha256, versions
+        from sim.fleet.report import write_bundle
         from workloads import load_trace
         console = Console(stderr=True)
         t0 = time.perf_counter()
@@ -272,8 +273,9 @@ def _inputs(args: dict[str, Any], spec: PlanSpec, tr: Any, file_hash: str, vers:
         "load": {"rate_scale": args["rate_scale"], "target_qps": args["target_qps"]},
         "seeds": {"seed": spec.seed, "replications": spec.replications, "window": spec.window,
                   "keep": 0.9, "warmup": 0.1, "search_iters": spec.iters},
-        "router": args["router"], "disagg": args["disagg"], "link": args["link"], "link_gbps": args["link_gbps"],
-        "n_plus_k": spec.n_plus_k, "headroom": spec.headroom,
+        "router": args["router"], "n_plus_k": spec.n_plus_k,
+        **({"disagg": {"splits": args["disagg"], "link": args["link"], "link_gbps": args["link_gbps"]}}
+           if args["disagg"] else {}), "headroom": spec.headroom,
         "autoscale": {"bucket_s": spec.bucket_s, "cold_start_s": spec.cold_start_s},
         "peak_window_s": spec.peak_window_s, "price_point": spec.price_point, "prices": prices,
         "backend": spec.backend, "workers": spec.workers, "versions": vers,

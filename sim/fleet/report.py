@@ -17,9 +17,6 @@ from sim.fleet.binding import LABELS
 from sim.fleet.disagg_report import disagg_section, unit_suffix, unit_text
 from sim.fleet.explain import INFEASIBLE, SOFT_BASES, lowest_probe, ranking_caveat
 from sim.fleet.planner import Plan
-from sim.fleet.provenance import sha256, versions
-
-__all__ = ["sha256", "versions", "write_bundle"]
 
 MD_COLS = {
     "gpu": "GPU", "tp": "TP", "shape": "unit", "knobs": "knobs", "replicas": "replicas", "gpus": "GPUs",
@@ -87,12 +84,12 @@ def _band_note(b: pd.Series, sized_for_edge: bool) -> str:
     head = (f" Step-time band: the cost model is *{b['cost_basis']}* for {b['gpu']} TP{tp}; its held-out error "
             f"reaches {pct:+.0f}% (steps slower than predicted, 90th percentile).")
     if sized_for_edge:
-        return head + (f" The fleet above is sized for that edge ({b['qps_pessimistic']:.1f} QPS per replica); "
-                       f"{_count(n, 'replica')} (${b['cost_per_hour']:,.2f}/h) would do only if "
+        return head + (f" The fleet above is sized for that edge ({b['qps_pessimistic']:.1f} QPS per {unit_text(b)[1]}); "
+                       f"{_count(n, unit_text(b)[1])} (${b['cost_per_hour']:,.2f}/h) would do only if "
                        "steps are as fast as predicted.")
     if int(n_p) == 0:
         return head + " At that edge no load meets the SLO: treat this size as unproven."
-    return head + f" At that edge the size holds: {_count(n, 'replica')} either way."
+    return head + f" At that edge the size holds: {_count(n, unit_text(b)[1])} either way."
 
 
 def _count(n: int, word: str) -> str:
