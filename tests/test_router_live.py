@@ -74,3 +74,24 @@ def test_live_routing_fast_forward_is_bit_identical(name: str, cfg_kw: dict[str,
         df["priority"] = df.index % 3
         tr = make_trace(df.to_dict("records"))
     both(cfg_kw, tr, router)
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_a_window_waits_for_the_router_instead_of_ending(sync: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live router's arrival pauses every replica's window (sim/engine/fastforward/pause.py)
+    instead of ending it: the same outputs, and far fewer steps left to the exact loop than when
+    each arrival ends every window."""
+    from sim.engine.replica import Replica
+
+    cfg = make_config(num_gpu_blocks=900, max_model_len=8192, async_scheduling=not sync)
+    tr = azure()
+    paused = replay_fleet([cfg] * 3, tr, "least-outstanding-tokens")
+    follow = Replica.follow_router
+    monkeypatch.setattr(Replica, "follow_router", lambda self, nxt, pausable=False: follow(self, nxt))
+    ended = replay_fleet([cfg] * 3, tr, "least-outstanding-tokens")
+    pd.testing.assert_frame_equal(paused.requests, ended.requests, check_exact=True)
+    for a, b in zip(paused.steps, ended.steps, strict=True):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    total = sum(len(s) for s in paused.steps)
+    exact_paused, exact_ended = total - paused.ff_steps, total - ended.ff_steps
+    assert exact_paused * 2 < exact_ended, (exact_paused, exact_ended)

@@ -77,7 +77,7 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
             rep.exact_steps = True  # as replay_fleet: live routing steps exactly
         rt = Router(env, reps, reqs, choose, state)
         for rep in reps:
-            rep.follow_router(rt.next_arrival)
+            rep.follow_router(rt.next_arrival, pausable=True)
         assigned = rt.assigned
     env.run()
     stats = tuple(s.close(rep.log, rep.kv.paged) for s, rep in zip(sinks, reps, strict=True))

@@ -25,7 +25,7 @@ from typing import Any
 import simpy
 
 from sim.engine.fastforward.ordering import order_of
-from sim.engine.fastforward.window import fast_forward
+from sim.engine.fastforward.window import Window, fast_forward
 from sim.engine.step import InFlight, StepKernel
 from sim.io.records import StepLog
 from sim.io.rejects import KV_POOL, Rejection
@@ -61,6 +61,7 @@ class Replica:
         self._inbox: list[Request] = []     # submitted requests, in arrival order
         self._cursor = 0
         self._router_next: Callable[[], float] | None = None
+        self._pausable = False
         self._wake: simpy.Event | None = None
         #: the time of the step being planned (also inside a fast-forward window): KV events' stamp
         self.clock = 0.0
@@ -105,9 +106,14 @@ class Replica:
     def submit_all(self, reqs: Iterable[Request]) -> None:
         self._inbox.extend(reqs)
 
-    def follow_router(self, next_arrival: Callable[[], float]) -> None:
-        """Fed live by a router: fast-forward never runs past its next possible submission."""
+    def follow_router(self, next_arrival: Callable[[], float], *, pausable: bool = False) -> None:
+        """Fed live by a router: fast-forward never runs past its next possible submission.
+
+        ``pausable``: the router submits only at ``next_arrival()`` instants, acting before any
+        replica event then (:class:`sim.cluster.router.Router`); a window waits for it there and
+        goes on (:mod:`sim.engine.fastforward.pause`) instead of ending."""
         self._router_next = next_arrival
+        self._pausable = pausable
 
     def next_own_arrival(self) -> float:
         """Arrival time of the first submitted request not yet pulled (inf if none)."""
@@ -193,14 +199,26 @@ class Replica:
                     unrecorded += nxt.num_preempted
             if self.exact_steps or (lag and flight is None):
                 continue
-            hint = self._next_arrival_hint if self._router_next is not None else None
-            t, flight = fast_forward(k, order, env.now, flight, self._pull_due, hint, self.next_own_arrival)
+            hint = self._router_next if self._pausable else \
+                self._next_arrival_hint if self._router_next is not None else None
+            t, flight = yield from self._drive(fast_forward(k, order, env.now, flight, self._pull_due, hint,
+                                                            self.next_own_arrival, self._pausable))
             if t > env.now:
                 if self.on_progress:
                     self.on_progress(self)
                 yield from self._sleep_until(t)
                 if self.check:
                     k.kv.check(sched.running)
+
+    def _drive(self, window: Window) -> Generator[simpy.Event, Any, tuple[float, InFlight | None]]:
+        """Run a fast-forward window, sleeping until each time it waits for the router."""
+        try:
+            at = next(window)
+            while True:
+                yield from self._sleep_until(at)
+                at = window.send(None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
 
     def _wait_for_work(self) -> Generator[simpy.Event, Any, bool]:
         """Idle: wait for the next arrival of our own inbox or a submission (never polls).

@@ -10,6 +10,7 @@ these helpers maintain the indexes and return the pages to add or take away.
 from __future__ import annotations
 
 from sim.request import Request
+from sim.sched.plan import StepPlan
 
 
 def join(r: Request, finish_at: int, fin: dict[int, list[Request]], buckets: list[list[Request]],
@@ -31,3 +32,13 @@ def leave(r: Request, buckets: list[list[Request]], paged: bool) -> int:
         return 0
     buckets[(1 - r.num_computed_tokens) % len(buckets)].remove(r)
     return len(r.kv.blocks)
+
+
+def by_seq(r: Request) -> int:
+    """Sort key: running order (``Request.seq``), the order ``Scheduler.update`` finishes in."""
+    return r.seq
+
+
+def uids(plan: StepPlan | None) -> set[int]:
+    """The requests a window step's admission pass scheduled (their counts are real)."""
+    return {r.uid for r, _ in plan.scheduled} if plan is not None else set()

@@ -10,26 +10,21 @@ count they would have had at the start of the window) and are bucketed by ``c0 m
                           its last block fills      iff (c0 + s) % B == 0
 
 so a step costs O(requests with an event), not O(batch). Most steps are *quiet*: nothing
-finishes or is freed, and the admission pass can admit nothing (the waiting head is hopeless
-while free blocks only shrink, or nothing waits and no arrival is due, or the running list is
-full; :func:`~sim.engine.fastforward.steps.no_admission`). A quiet step skips the admission pass
-and times its decodes with ``StepKernel.decode_time`` (the cost model folded once per decoder
-count, :mod:`sim.cost.bulk`); it hands out blocks, registers hashes and writes its record as
-any other. Admissions of waiting requests run
-through the scheduler's own admission pass on the real (eagerly updated) block pool, so they are
-simulated exactly; a new request whose prefill completes joins the decoders. The window ends
-(before the step) when a step could preempt (its block needs exceed the free blocks) or the
-token budget could not cover every decoder, and (after the step) when a chunked prefill
-remains. Requests are also bucketed by the step that samples their last token; in that
-step they leave the decoders and are finished exactly as ``Scheduler.update`` does (in running
-order, which ``Request.seq`` records), and the window goes on.
+finishes or is freed, and admission can admit nothing
+(:func:`~sim.engine.fastforward.steps.no_admission`); a quiet step skips the admission pass and
+times its decodes with ``StepKernel.decode_time`` (:mod:`sim.cost.bulk`), and hands out blocks,
+registers hashes and writes its record as any other. Admissions run through the scheduler's own
+admission pass on the real (eagerly updated) block pool; a new request whose prefill completes
+joins the decoders. The window ends before a step that could preempt (block needs exceed the
+free blocks) or whose token budget cannot cover every decoder, and after a step that leaves a
+chunked prefill. Decoders are also bucketed by the step that samples their last token; they
+leave then and are finished as ``Scheduler.update`` does (in running order, ``Request.seq``).
+A live router's arrivals pause the window (:mod:`sim.engine.fastforward.pause`).
 
-One window serves sync and async scheduling; :mod:`sim.engine.fastforward.ordering` says how
-the phases of a step (plan, launch, land) interleave. Under async scheduling a step is planned
-while the previous one runs: a decoder's filled block is registered when it takes its next
-block (one step late), and a request whose last token is in flight keeps its blocks and its
-running slot until that step lands. The async window starts from, and hands back, the
-:class:`~sim.engine.step.InFlight` step that the exact loop keeps between iterations.
+One window serves sync and async scheduling (:mod:`sim.engine.fastforward.ordering`): under
+async scheduling a filled block is registered one step late, and a request whose last token is
+in flight keeps its blocks and running slot until that step lands; the window starts from, and
+hands back, the exact loop's :class:`~sim.engine.step.InFlight` step.
 
 Everything the exact path computes -- block ids and their order, hash registrations,
 StepBatch integers, float sums of step times, per-step records -- is computed here in the
@@ -39,13 +34,14 @@ same order, so ``--exact-steps`` gives identical output (tested).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from functools import partial
 
 from sim.cost import StepBatch
-from sim.engine.fastforward.decoders import join, leave
+from sim.engine.fastforward.decoders import by_seq, join, leave, uids
 from sim.engine.fastforward.handover import hand_over
 from sim.engine.fastforward.ordering import Order
+from sim.engine.fastforward.pause import pause
 from sim.engine.fastforward.steps import land, no_admission
 from sim.engine.step import InFlight, StepKernel
 from sim.io.records import record_from_tuple as record
@@ -59,28 +55,33 @@ NO_PLAN = StepPlan()  # a window step that admitted nothing (read only: its reco
 NONE: list[Request] = []  # no request finishes in this step (read only)
 
 
+Window = Generator[float, None, tuple[float, InFlight | None]]
+
+
 def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None, pull_due: Pull,
                  next_arrival: NextArrival | None = None, next_due: NextArrival | None = None,
-                 ) -> tuple[float, InFlight | None]:
+                 pausable: bool = False) -> Window:
     """Run as many steps as can be done in bulk; return ``(time, step in flight)`` at the end.
+    A generator: when ``pausable`` it yields the times to sleep until while a router acts.
 
     Sync: ``flight`` is None and the window starts at ``t``; it returns the time the next
     exact step starts (``t`` when nothing could be done in bulk). Async: ``flight`` is the step
     the exact loop just launched; it returns the step in flight at the end and its start
     (``flight`` itself when nothing could be done in bulk).
 
-    ``pull_due(t)`` admits the arrivals due by ``t`` to the scheduler; ``next_arrival`` (a
-    router's hint) stops the window before a step that a submission could change. A live router
-    also reads replica state at its next arrival, so no step of the window may end at or after
-    it: sync, that step is planned here and handed to the exact loop as ``k.pending`` (planned
-    as ``sched.schedule`` would have, its outcome not applied); async, the window stops before
-    planning while the step in flight ends at or after it. ``next_due()`` (the arrival time of
-    the replica's next own request) lets quiet steps skip the admission pass.
+    ``pull_due(t)`` admits the arrivals due by ``t``; ``next_due()`` (the replica's next own
+    arrival) lets quiet steps skip the admission pass. ``next_arrival`` is a live router's next
+    arrival, when it reads the replica: no step may end at or after it unseen. Pausable, the
+    window waits there; else, sync, the step is planned and handed to the exact loop as
+    ``k.pending`` (as ``sched.schedule`` would have planned it), and async the window stops
+    before planning while the step in flight ends at or after it.
 
     Not in bulk: paper-v0's prefill-only steps, swapped requests waiting, and speculative
     decoding (a decode advances by its accepted drafts, 1 to K + 1 tokens a step, so decoders
     do not move in lockstep and the ``c0 mod B`` buckets below do not apply).
     """
+    if False:
+        yield 0.0  # a generator even when it returns at once
     sched = k.sched
     if sched.swapped or not sched.mixed_steps or sched.spec_tokens or not sched.running:
         return t, flight
@@ -88,11 +89,11 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     for r in sched.running:
         if not decoding(r):
             return t, flight
-    return _window(k, order.lag, t, flight, pull_due, next_arrival, next_due)
+    return (yield from _window(k, order.lag, t, flight, pull_due, next_arrival, next_due, pausable))
 
 
 def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pull,
-            next_arrival: NextArrival | None, next_due: NextArrival | None) -> tuple[float, InFlight | None]:
+            next_arrival: NextArrival | None, next_due: NextArrival | None, pausable: bool) -> Window:
     sched, kv = k.sched, k.kv
     running = sched.running
     max_batched, max_seqs = sched.max_num_batched_tokens, sched.max_num_seqs
@@ -141,7 +142,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         if len(bucket) > (fq.size if fq is not None else kv.num_free_blocks) or decoders > max_batched:
             break  # this step could preempt, or not every decoder fits the budget: go exact
         plan_t = p_start if lag else t  # async: planned while the step in flight runs
-        if t >= na:
+        if t >= na and not (lag and pausable):  # (async, pausable: it waits after the plan below)
             # sync: a router may submit before this step starts; async: the step in flight ends at
             # or after the router's next arrival, which reads the replica mid-flight (step s
             # running, s1 planned): let SimPy run it, the exact loop plans s1
@@ -170,9 +171,13 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                     dec_time, dec_n = k.decode_time(decoders), decoders
                 ctx = c0_sum + decoders * s1
                 dt = dec_time(ctx, pages)
-                if not lag and t + dt >= na:  # sync: the router reads this step mid-flight
-                    hand_over(k, running, s, None)
-                    return t, None
+                end = t if lag else t + dt  # the step in flight at the router's read ends then
+                if end >= na:  # the router reads this step mid-flight (async: only if pausable)
+                    if not pausable:
+                        hand_over(k, running, s, None)
+                        return t, None
+                    na = yield from pause(running, s, (), end, na, next_arrival)  # type: ignore[arg-type]
+                    due = next_due() if quiet else due  # type: ignore[misc]
                 free_blocks = fq.size if fq is not None else kv.num_free_blocks
                 shared = pool.shared_excess if pool is not None else kv.shared_excess
                 if lag:  # step s lands (no frees), then step s1 is launched
@@ -219,6 +224,9 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 nw = sched.num_waiting
             else:
                 plan = None
+        if lag and pausable and t >= na:  # async: step s (in flight) straddles the router's arrival
+            na = yield from pause(running, s, uids(plan) | {r.uid for r in p_done}, t, na, next_arrival)  # type: ignore[arg-type]
+            due = next_due() if quiet else due  # type: ignore[misc]
         if landing:  # async: step s lands at t, after step s1 was planned
             extra = sum(r.num_computed_tokens for r, _ in plan.scheduled) if plan is not None else 0
             land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s + extra, nw)
@@ -234,9 +242,12 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                                page, 0, a.swap_in_blocks, bb))  # swap-in: CPU offload loads
         dt = step_cost(batch)
         end = t + dt
-        if not lag and end >= na:  # sync: the router reads this step mid-flight; the exact loop runs it
-            hand_over(k, running, s, plan)
-            return t, None
+        if not lag and end >= na:  # sync: the router reads this step mid-flight
+            if not pausable:  # the exact loop runs it
+                hand_over(k, running, s, plan)
+                return t, None
+            na = yield from pause(running, s, uids(plan), end, na, next_arrival)  # type: ignore[arg-type]
+            due = next_due() if quiet else due  # type: ignore[misc]
         if plan is not None:
             for r, n in plan.scheduled:
                 if r.advance(n, end):
@@ -254,7 +265,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         s = s1
         done = fin.pop(s1, NONE)
         if done:  # sampled their last token: out of the decoders, real counts (in running order)
-            done.sort(key=_seq)
+            done.sort(key=by_seq)
             for r in done:
                 c0_sum -= r.num_computed_tokens
                 decoders -= 1
@@ -277,16 +288,10 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             r.num_computed_tokens += s
             r.num_output += s
             r.num_tokens += s
-    if not lag:
-        if landing:  # a chunked prefill remains: the step lands with every count real
-            land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,
-                  sum(r.num_computed_tokens for r in running if r not in p_done),
-                  sched.num_waiting)
-        return t, None
-    return p_start, InFlight(StepPlan(scheduled=[(r, 1) for r in running], swap_in_blocks=p_plan.swap_in_blocks),
-                             p_batch, p_dt, p_start, p_done)
-
-
-def _seq(r: Request) -> int:
-    return r.seq
-
+    if lag:
+        return p_start, InFlight(StepPlan(scheduled=[(r, 1) for r in running],
+                                          swap_in_blocks=p_plan.swap_in_blocks), p_batch, p_dt, p_start, p_done)
+    if landing:  # sync, a chunked prefill remains: the step lands with every count real
+        land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,
+             sum(r.num_computed_tokens for r in running if r not in p_done), sched.num_waiting)
+    return t, None

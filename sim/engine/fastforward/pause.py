@@ -1,0 +1,48 @@
+"""A window that waits for the router instead of ending (live routing).
+
+A live router reads every replica at each arrival instant ``t``. A fast-forward window that
+reaches a step straddling ``t`` used to end there: the decoders got their real token counts
+(:func:`~sim.engine.fastforward.handover.hand_over`), SimPy ran the step exactly, and a new
+window started -- for every replica, at every arrival, although only one replica receives the
+request. A *pausable* window (:func:`pause`) instead stops where the exact loop would be at
+``t`` (sync: step ``s + 1`` planned, not landed; async: step ``s`` in flight, step ``s + 1``
+planned), gives the decoders their real counts, and yields ``t``; the replica sleeps until
+``t`` (the router acts first: its wake-up is urgent), the counts go back to their virtual
+start, and the window goes on. A request the router hands this replica meanwhile waits in the
+inbox and is pulled by the window's next plan, as the exact loop would pull it::
+
+    exact   | step s | step s+1 ......|.....| step s+2 (pulls r) |
+    window  | step s | step s+1 planned, paused at t -> router: r to this replica -> resume
+                                       t
+
+Nothing the router may read differs from exact stepping at ``t``: block tables, the free
+queue, the prefix cache and its events are updated eagerly in both; only the decoders' counts
+are virtual, and they are real while the window waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Generator
+
+from sim.request import Request
+
+
+def pause(running: list[Request], s: int, real: Collection[int], end: float, na: float,
+          next_arrival: Callable[[], float]) -> Generator[float, None, float]:
+    """Wait, with real counts, while the router's next arrival ``na`` falls at or before ``end``
+    (the end of the step the exact loop would have in flight); return the next arrival after.
+
+    ``s`` window steps are done; requests in ``real`` (uids) already hold real counts."""
+    held = [r for r in running if r.uid not in real] if s else []
+    for r in held:
+        r.num_computed_tokens += s
+        r.num_output += s
+        r.num_tokens += s
+    while end >= na:
+        yield na
+        na = next_arrival()
+    for r in held:
+        r.num_computed_tokens -= s
+        r.num_output -= s
+        r.num_tokens -= s
+    return na
