@@ -87,7 +87,7 @@ def test_a_window_waits_for_the_router_instead_of_ending(sync: bool, monkeypatch
     tr = azure()
     paused = replay_fleet([cfg] * 3, tr, "least-outstanding-tokens")
     follow = Replica.follow_router
-    monkeypatch.setattr(Replica, "follow_router", lambda self, nxt, pausable=False: follow(self, nxt))
+    monkeypatch.setattr(Replica, "follow_router", lambda self, nxt, **_: follow(self, nxt))
     ended = replay_fleet([cfg] * 3, tr, "least-outstanding-tokens")
     pd.testing.assert_frame_equal(paused.requests, ended.requests, check_exact=True)
     for a, b in zip(paused.steps, ended.steps, strict=True):

@@ -65,6 +65,11 @@ class RouterSpec:
         return self.policy in STATIC
 
     @property
+    def reads_request_counts(self) -> bool:
+        """Reads requests' token counts (Dynamo's active blocks), not only replica totals."""
+        return self.policy == "dynamo"
+
+    @property
     def uses_view(self) -> bool:
         return self.policy in ("kv-aware", "dynamo") and (
             self.policy == "dynamo" or dict(self.weights).get("prefix", 0.0) > 0)
@@ -143,15 +148,27 @@ class Router:
         self.active = active
         self.assigned = np.full(len(reqs), -1, dtype=np.int64)
         self._next = 0
+        self._routed = env.event()
         env.process(self._run())
 
     def next_arrival(self) -> float:
         return self.reqs[self._next].arrival_s if self._next < len(self.reqs) else math.inf
 
+    def routed(self) -> simpy.Event:
+        """Fires once the arrivals of the router's next arrival instant are routed (replica
+        windows waiting for the router resume on it: one event per instant, not per replica)."""
+        return self._routed
+
+    def _release(self) -> None:
+        if self._routed.callbacks:
+            self._routed.succeed()
+            self._routed = self.env.event()
+
     def _run(self) -> Generator[simpy.Event, Any, None]:
         env, st, view = self.env, self.state, self.state.view
         for i, r in enumerate(self.reqs):
             if r.arrival_s > env.now:
+                self._release()  # every arrival of the last instant is routed
                 yield from wake_at(env, r.arrival_s)
             self._next = i + 1
             n = len(self.reps) if self.active is None else max(1, min(self.active(env.now), len(self.reps)))
@@ -161,6 +178,7 @@ class Router:
                 view.routed(r, self.reps[k], env.now)
             self.assigned[r.uid] = k
             self.reps[k].submit(r)
+        self._release()
 
 
 def assign_static(reqs: list[Request], reps: Sequence[Replica], choose: Policy, state: RouterState,

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.cluster.router import STATIC, Router, RouterState, policy
+from sim.cluster.router import STATIC, Router, RouterState, parse_router, policy
 from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
@@ -73,11 +73,10 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
             assigned[r.uid] = k
             reps[k].submit(r)
     else:
-        for rep in reps:
-            rep.exact_steps = True  # as replay_fleet: live routing steps exactly
         rt = Router(env, reps, reqs, choose, state)
-        for rep in reps:
-            rep.follow_router(rt.next_arrival, pausable=True)
+        counts = parse_router(router).reads_request_counts
+        for rep in reps:  # live routing keeps fast-forward (windows wait for the router)
+            rep.follow_router(rt.next_arrival, routed=rt.routed, real_counts=counts)
         assigned = rt.assigned
     env.run()
     stats = tuple(s.close(rep.log, rep.kv.paged) for s, rep in zip(sinks, reps, strict=True))

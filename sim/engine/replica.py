@@ -61,7 +61,8 @@ class Replica:
         self._inbox: list[Request] = []     # submitted requests, in arrival order
         self._cursor = 0
         self._router_next: Callable[[], float] | None = None
-        self._pausable = False
+        self._routed: Callable[[], simpy.Event] | None = None  # pausable windows wait on it
+        self._real_counts = True
         self._wake: simpy.Event | None = None
         #: the time of the step being planned (also inside a fast-forward window): KV events' stamp
         self.clock = 0.0
@@ -106,14 +107,18 @@ class Replica:
     def submit_all(self, reqs: Iterable[Request]) -> None:
         self._inbox.extend(reqs)
 
-    def follow_router(self, next_arrival: Callable[[], float], *, pausable: bool = False) -> None:
+    def follow_router(self, next_arrival: Callable[[], float], *, routed: Callable[[], simpy.Event] | None = None,
+                      real_counts: bool = True) -> None:
         """Fed live by a router: fast-forward never runs past its next possible submission.
 
-        ``pausable``: the router submits only at ``next_arrival()`` instants, acting before any
-        replica event then (:class:`sim.cluster.router.Router`); a window waits for it there and
-        goes on (:mod:`sim.engine.fastforward.pause`) instead of ending."""
+        ``routed``: the router submits only at ``next_arrival()`` instants, acting before any
+        replica event then, and ``routed()`` fires once it has (:class:`sim.cluster.router.Router`);
+        a window waits on it there and goes on (:mod:`sim.engine.fastforward.pause`) instead of
+        ending. ``real_counts=False``: the router reads no per-request token counts, only
+        :attr:`outstanding_tokens` (a waiting window then corrects their sum instead)."""
         self._router_next = next_arrival
-        self._pausable = pausable
+        self._routed = routed
+        self._real_counts = real_counts
 
     def next_own_arrival(self) -> float:
         """Arrival time of the first submitted request not yet pulled (inf if none)."""
@@ -154,7 +159,7 @@ class Replica:
         s = self.kernel.sched
         pend = sum(r.final_tokens for r in self._inbox[self._cursor:])
         return pend + sum(r.final_tokens - r.num_computed_tokens for r in s.running) + sum(
-            r.final_tokens - r.num_computed_tokens for r in s.waiting)
+            r.final_tokens - r.num_computed_tokens for r in s.waiting) - self.kernel.virtual_tokens
 
     # ---- the loop -----------------------------------------------------------------------------
     def _loop(self) -> Generator[simpy.Event, Any, None]:
@@ -199,10 +204,10 @@ class Replica:
                     unrecorded += nxt.num_preempted
             if self.exact_steps or (lag and flight is None):
                 continue
-            hint = self._router_next if self._pausable else \
-                self._next_arrival_hint if self._router_next is not None else None
+            pausable = self._routed is not None
+            hint = self._router_next if pausable else self._next_arrival_hint if self._router_next is not None else None
             t, flight = yield from self._drive(fast_forward(k, order, env.now, flight, self._pull_due, hint,
-                                                            self.next_own_arrival, self._pausable))
+                                                            self.next_own_arrival, pausable, self._real_counts))
             if t > env.now:
                 if self.on_progress:
                     self.on_progress(self)
@@ -211,12 +216,13 @@ class Replica:
                     k.kv.check(sched.running)
 
     def _drive(self, window: Window) -> Generator[simpy.Event, Any, tuple[float, InFlight | None]]:
-        """Run a fast-forward window, sleeping until each time it waits for the router."""
+        """Run a fast-forward window; while it waits for the router (at the router's next
+        arrival), wait on the router's ``routed`` event."""
         try:
-            at = next(window)
+            next(window)
             while True:
-                yield from self._sleep_until(at)
-                at = window.send(None)
+                yield self._routed()  # type: ignore[misc]
+                window.send(None)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 

@@ -51,6 +51,7 @@ class StepKernel:
     bulk_steps: int = 0                # of which quiet steps (no admission pass, decode time in bulk)
     page_size: int = 0                 # StepBatch.block_size: tokens per page, 0 = contiguous
     pending: StepPlan | None = None    # a step fast-forward planned for the exact loop to run
+    virtual_tokens: int = 0            # a paused window: computed tokens its virtual counts lack
     decode_blocks: DecodeBlocks | None = None  # the allocator's bulk-decode view (None: a slab)
     caching: bool = False              # prefix caching on a paged pool (decoded blocks are hashed)
     _decode: dict[int, DecodeTime] = field(default_factory=dict)  # decoders -> decode_time(...)

@@ -17,22 +17,34 @@ inbox and is pulled by the window's next plan, as the exact loop would pull it::
 
 Nothing the router may read differs from exact stepping at ``t``: block tables, the free
 queue, the prefix cache and its events are updated eagerly in both; only the decoders' counts
-are virtual, and they are real while the window waits.
+are virtual. While the window waits they are made real, or, for a router that reads only
+their sum (outstanding tokens), the sum is corrected.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Generator
 
+from sim.engine.step import StepKernel
 from sim.request import Request
 
 
-def pause(running: list[Request], s: int, real: Collection[int], end: float, na: float,
-          next_arrival: Callable[[], float]) -> Generator[float, None, float]:
-    """Wait, with real counts, while the router's next arrival ``na`` falls at or before ``end``
-    (the end of the step the exact loop would have in flight); return the next arrival after.
+def pause(k: StepKernel, running: list[Request], s: int, real: Collection[int], end: float, na: float,
+          next_arrival: Callable[[], float], real_counts: bool) -> Generator[float, None, float]:
+    """Wait while the router's next arrival ``na`` falls at or before ``end`` (the end of the
+    step the exact loop would have in flight); return the next arrival after.
 
-    ``s`` window steps are done; requests in ``real`` (uids) already hold real counts."""
+    ``s`` window steps are done; requests in ``real`` (uids, all running) already hold real
+    counts. ``real_counts``: the router reads per-request counts, so every decoder gets its
+    real ones while the window waits; else only their total is corrected
+    (``StepKernel.virtual_tokens``, which the replica's outstanding tokens subtract)."""
+    if not real_counts:
+        k.virtual_tokens = s * (len(running) - len(real))
+        while end >= na:
+            yield na
+            na = next_arrival()
+        k.virtual_tokens = 0
+        return na
     held = [r for r in running if r.uid not in real] if s else []
     for r in held:
         r.num_computed_tokens += s

@@ -60,7 +60,7 @@ Window = Generator[float, None, tuple[float, InFlight | None]]
 
 def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None, pull_due: Pull,
                  next_arrival: NextArrival | None = None, next_due: NextArrival | None = None,
-                 pausable: bool = False) -> Window:
+                 pausable: bool = False, real_counts: bool = True) -> Window:
     """Run as many steps as can be done in bulk; return ``(time, step in flight)`` at the end.
     A generator: when ``pausable`` it yields the times to sleep until while a router acts.
 
@@ -89,11 +89,13 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     for r in sched.running:
         if not decoding(r):
             return t, flight
-    return (yield from _window(k, order.lag, t, flight, pull_due, next_arrival, next_due, pausable))
+    return (yield from _window(k, order.lag, t, flight, pull_due, next_arrival, next_due, pausable,
+                               real_counts))
 
 
 def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pull,
-            next_arrival: NextArrival | None, next_due: NextArrival | None, pausable: bool) -> Window:
+            next_arrival: NextArrival | None, next_due: NextArrival | None, pausable: bool,
+            real_counts: bool) -> Window:
     sched, kv = k.sched, k.kv
     running = sched.running
     max_batched, max_seqs = sched.max_num_batched_tokens, sched.max_num_seqs
@@ -176,7 +178,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                     if not pausable:
                         hand_over(k, running, s, None)
                         return t, None
-                    na = yield from pause(running, s, (), end, na, next_arrival)  # type: ignore[arg-type]
+                    na = yield from pause(k, running, s, (), end, na, next_arrival, real_counts)  # type: ignore[arg-type]
                     due = next_due() if quiet else due  # type: ignore[misc]
                 free_blocks = fq.size if fq is not None else kv.num_free_blocks
                 shared = pool.shared_excess if pool is not None else kv.shared_excess
@@ -225,7 +227,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             else:
                 plan = None
         if lag and pausable and t >= na:  # async: step s (in flight) straddles the router's arrival
-            na = yield from pause(running, s, uids(plan) | {r.uid for r in p_done}, t, na, next_arrival)  # type: ignore[arg-type]
+            na = yield from pause(k, running, s, uids(plan) | {r.uid for r in p_done}, t, na, next_arrival, real_counts)  # type: ignore[arg-type]
             due = next_due() if quiet else due  # type: ignore[misc]
         if landing:  # async: step s lands at t, after step s1 was planned
             extra = sum(r.num_computed_tokens for r, _ in plan.scheduled) if plan is not None else 0
@@ -246,7 +248,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             if not pausable:  # the exact loop runs it
                 hand_over(k, running, s, plan)
                 return t, None
-            na = yield from pause(running, s, uids(plan), end, na, next_arrival)  # type: ignore[arg-type]
+            na = yield from pause(k, running, s, uids(plan), end, na, next_arrival, real_counts)  # type: ignore[arg-type]
             due = next_due() if quiet else due  # type: ignore[misc]
         if plan is not None:
             for r, n in plan.scheduled:
