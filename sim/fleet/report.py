@@ -55,7 +55,9 @@ def _fmt(col: str, v: Any) -> str:
 
 def markdown_table(table: pd.DataFrame) -> str:
     cols = [c for c in MD_COLS if c in table.columns]
-    lines = ["| # | " + " | ".join(MD_COLS[c] for c in cols) + " |",
+    xpyd = "shape" in table and bool((table["shape"] != "unified").any())  # a unit is a replica or an xPyD group
+    names = {**MD_COLS, **({"replicas": "units", "max_qps_per_replica": "QPS/unit"} if xpyd else {})}
+    lines = ["| # | " + " | ".join(names[c] for c in cols) + " |",
              "|---|" + "---|" * len(cols)]
     for i, r in table.iterrows():
         cells = [_fmt(c, r[c]) for c in cols]
@@ -256,7 +258,7 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
         if role in paths:
             lines.append(f"![{title}]({paths[role].name})")
     lines += ["", *disagg_section(plan), *notes_section(plan.table)]
-    unverified = sorted({r["gpu"] for _, r in plan.table.iterrows() if r["price_unverified"]})
+    unverified = sorted({g for c in plan.capacities for g in c.candidate.gpu_names if spec.prices[g].unverified})
     n_win = min(spec.window, len(plan.scaled))
     win = (f"random window of {n_win:,} requests of the scaled trace" if n_win == spec.window else
            f"window of {n_win:,} requests (the whole trace: --window {spec.window:,} is longer)")
