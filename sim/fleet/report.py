@@ -269,12 +269,13 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
               "- Replicas = ceil(peak / capacity x (1 + headroom)) + k, then a routed replay of the **full** trace through "
               "the fleet (best knobs per GPU x TP) adjusts it: +1 while it fails, -1 once if the smaller fleet passes.",
               "- `validated = no` rows were sized by per-replica math only.",
-              "- Costs: $/h = GPUs x $/GPU-hour (" + spec.price_point + " price); $/1M tokens at the mean demand.",
+              "- Costs: $/h = GPUs x $/GPU-hour (" + spec.price_point + " price; an xPyD group with a GPU per role "
+              "pays each role's own); $/1M tokens at the mean demand.",
               ]
     if unverified:
         lines.append(f"- **Unverified prices** (recalled, not sourced): {', '.join(unverified)}. Override with --prices.")
-    soft = sorted({f"{r['gpu']} TP{r['tp']}" for _, r in plan.table.iterrows()
-                   if r.get("cost_basis") in SOFT_BASES})
+    soft = sorted({str(r["shape"]) if " / " in str(r.get("shape", "")) else f"{r['gpu']} TP{r['tp']}"
+                   for _, r in plan.table.iterrows() if r.get("cost_basis") in SOFT_BASES})  # a GPU per role: both named
     if soft:
         lines.append(f"- Step costs of {', '.join(soft)} are **not measured** on that GPU x TP (uncalibrated or "
                      "extrapolated cost model): absolute capacities are estimates.")
