@@ -20,7 +20,8 @@ from sim.errors import ConfigError
 from sim.fleet.band import band_sentence
 from sim.fleet.breakdown import ttft_parts
 from sim.fleet.candidate import Candidate, Split, grid
-from sim.fleet.capacity import SearchSpec
+from sim.fleet.capacity import CapacityEstimate, SearchSpec
+from sim.fleet.planner import PlanSpec, best_per_shape
 from sim.fleet.prices import GpuPrice, load_prices
 from sim.fleet.xpyd_plan import cluster, parse_splits, probe_split, run_split
 from sim.run.static import static_parts
@@ -89,6 +90,18 @@ def test_a_unit_costs_each_roles_gpus_at_its_own_price() -> None:
     assert c.role_gpus() == [("h200", 2), ("h100", 3)]
     assert c.unit_price(prices) == 2 * 4.0 + 3 * 2.0          # $14/h for 5 GPUs
     assert Candidate("h100", 2).unit_price(prices) == 4.0
+
+
+def test_the_split_validated_per_gpu_x_tp_is_the_best_per_dollar_not_per_gpu() -> None:
+    prices = {"h200": GpuPrice("h200", 4.0, 4.0, 4.0, "test", False),
+              "h100": GpuPrice("h100", 2.0, 2.0, 2.0, "test", False)}
+    mixed = Candidate("h100", 1, (), Split(1, 1, prefill_kw=(("gpu", "h200"),)))      # 2 GPUs, $6/h
+    plain = Candidate("h100", 1, (), Split(1, 1))                                     # 2 GPUs, $4/h
+    caps = [CapacityEstimate(c, q, q, q, [], {}, "none", {}) for c, q in ((mixed, 10.0), (plain, 9.5))]
+    spec = PlanSpec(gpus=["h100"], tps=[1], slo=Slo((SloTarget("ttft", 0.9, 1.0),), None), base=BASE,
+                    prices=prices)
+    assert [c.candidate for c in best_per_shape(caps)] == [mixed]           # 5 QPS per GPU against 4.75
+    assert [c.candidate for c in best_per_shape(caps, spec)] == [plain]     # 2.375 QPS per $/h against 1.67
 
 
 def test_each_role_builds_on_its_own_gpu_with_the_same_block_size() -> None:
