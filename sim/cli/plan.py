@@ -72,9 +72,10 @@ def build_slo(values: dict[str, float | None], attainment: float | None) -> Slo:
 def rich_table(plan: Plan) -> Table:
     d = plan.demand
     t = Table(title=f"kvsim plan | peak {d.peak_qps:.1f} QPS (mean {d.mean_qps:.1f}) | {plan.spec.slo.describe()}")
-    for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("unit", "left"), ("knobs", "left"), ("replicas (GPUs) [band edge]", "right"),
-                 ("SLO", "center"),
-                 ("attain LCB", "right"), ("QPS/replica (95% CI)", "right"), ("headroom", "right"),
+    unit = "unit" if "shape" in plan.table and (plan.table["shape"] != "unified").any() else "replica"  # xPyD: groups
+    for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("unit", "left"), ("knobs", "left"),
+                 (f"{unit}s (GPUs) [band edge]", "right"), ("SLO", "center"),
+                 ("attain LCB", "right"), (f"QPS/{unit} (95% CI)", "right"), ("headroom", "right"),
                  ("$/h", "right"), ("$/1M out", "right"), ("$/day", "right"), ("KV util", "right"),
                  ("preempt/1k", "right"), ("binding", "left")):
         t.add_column(c, justify=j)  # type: ignore[arg-type]
@@ -111,6 +112,8 @@ def _check(args: dict[str, Any]) -> None:
     if args["address"] and args["backend"] != "ray":
         raise ConfigError("--address needs --backend ray")
     split_routers(args["router"])  # each spec, or a one-line error naming --router
+    if args["pd_threshold"] and args["disagg"] is None:
+        raise ConfigError("--pd-threshold needs --disagg (it routes xPyD groups' short prompts)")
     if args["link_gbps"] is not None and not args["link_gbps"] > 0:
         raise ConfigError(f"--link-gbps {args['link_gbps']!r}: must be > 0 (GB/s per lane)")
     for flag, lo in (("seeds", 1), ("window", 50), ("workers", 1), ("search_iters", 0), ("n_plus_k", 0)):
@@ -153,8 +156,12 @@ def register(app: typer.Typer) -> None:
                                             "simulate). Unified fleets are validated behind the first; each "
                                             "xPyD split is searched behind each.")] = "least-outstanding-tokens",
         disagg: Annotated[str | None, typer.Option("--disagg", help="Also search disaggregated prefill/decode "
-                                                   "splits (llm-d's xPyD), comma-separated: 1P3D, 1P3D:2/1 (TP "
-                                                   "prefill/decode), or N (every split of N instances).")] = None,
+                                                   "splits (llm-d's xPyD), comma-separated: 1P3D, 1P3D:P/D with a TP, "
+                                                   "GPU or GPUxTP per role (1P3D:2/1, 1P3D:h200/h100, "
+                                                   "1P3D:h200x2/h100x1), or N (every split of N instances).")] = None,
+        pd_threshold: Annotated[int, typer.Option("--pd-threshold", help="llm-d's PD threshold: a prompt whose "
+                                                  "uncached part is under this many tokens prefills on its decode "
+                                                  "instance (0: every prompt goes to a prefill instance).")] = 0,
         link: Annotated[str, typer.Option(help="KV link kind between prefill and decode (links.yaml).")] = "rdma-ndr",
         link_gbps: Annotated[float | None, typer.Option(help="Override the link's GB/s per lane.")] = None,
         seeds: Annotated[int, typer.Option(help="Replications (trace windows) per candidate.")] = 3,
@@ -210,7 +217,7 @@ def register(app: typer.Typer) -> None:
                                       max_model_len=max_model_len, enable_prefix_caching=enable_prefix_caching).items()
                 if v is not None}
         routers = split_routers(router)
-        splits = parse_splits(disagg, routers, link, link_gbps) if disagg is not None else []
+        splits = parse_splits(disagg, routers, link, link_gbps, threshold=pd_threshold) if disagg is not None else []
         cands = grid([g.lower() for g in gpus], tps, knobs, splits)
         for c in cands:
             for role in ("unified",) if c.split is None else ("prefill", "decode"):
@@ -259,8 +266,9 @@ def vars_of(obj: Any) -> dict[str, float]:
 
 def _inputs(args: dict[str, Any], spec: PlanSpec, tr: Any, file_hash: str, vers: dict[str, str],
             n_cands: int) -> dict[str, Any]:
+    role_gpus = [s.gpu_of(r, g) for s in spec.splits for r in ("prefill", "decode") for g in spec.gpus]
     prices = {g: {"usd_per_gpu_hour": spec.prices[g].at(spec.price_point), "source": spec.prices[g].source,
-                  "unverified": spec.prices[g].unverified} for g in spec.gpus}
+                  "unverified": spec.prices[g].unverified} for g in dict.fromkeys([*spec.gpus, *role_gpus])}
     from sim.config.schema import make_config
     from sim.cost.for_config import cost_model_for
     cfg = make_config("plan", **dict(spec.base, gpu=spec.gpus[0]))
@@ -274,7 +282,8 @@ def _inputs(args: dict[str, Any], spec: PlanSpec, tr: Any, file_hash: str, vers:
         "seeds": {"seed": spec.seed, "replications": spec.replications, "window": spec.window,
                   "keep": 0.9, "warmup": 0.1, "search_iters": spec.iters},
         "router": args["router"], "n_plus_k": spec.n_plus_k,
-        **({"disagg": {"splits": args["disagg"], "link": args["link"], "link_gbps": args["link_gbps"]}}
+        **({"disagg": {"splits": args["disagg"], "link": args["link"], "link_gbps": args["link_gbps"],
+                       **({"pd_threshold": args["pd_threshold"]} if args["pd_threshold"] else {})}}
            if args["disagg"] else {}), "headroom": spec.headroom,
         "autoscale": {"bucket_s": spec.bucket_s, "cold_start_s": spec.cold_start_s},
         "peak_window_s": spec.peak_window_s, "price_point": spec.price_point, "prices": prices,

@@ -27,9 +27,11 @@ import pandas as pd
 import simpy
 
 from sim.cluster.links import Link, make_link
+from sim.cluster.monitor import SloMonitor
 from sim.cluster.pd import DecodeReceiver, PrefillSender, PullRecord
 from sim.cluster.policies import Policy, RouterState
 from sim.cluster.router import RouterSpec, wake_at
+from sim.cluster.slo import Slo
 from sim.cluster.spec import ClusterSpec, Instance
 from sim.cluster.view import make_view
 from sim.engine.replica import Replica
@@ -53,6 +55,8 @@ class ClusterResult:
     receiving: dict[int, list[tuple[float, int]]] = field(default_factory=dict)  # decode: blocks held receiving
     decode_kv_blocked: int = 0        # pulls that first waited for free decode blocks
     end_s: float = 0.0
+    aborted: bool = False             # stopped early: the SLO verdict was already "fail"
+    failing: tuple[str, ...] = ()     # when aborted: the targets that were certain to fail
 
 
 class _Pool:
@@ -190,14 +194,40 @@ class ClusterRun:
         self.receivers[d].expect(r, rec, self.senders[p], self._link(p, d))
         self.reps[d].submit(r)
 
-    def run(self) -> ClusterResult:
-        self.env.run()
+    def run(self, stop_on_fail: tuple[Slo, int] | None = None, checks: int = 40) -> ClusterResult:
+        aborted, failing = False, tuple[str, ...]()
+        if stop_on_fail is None:
+            self.env.run()
+        else:
+            monitor = SloMonitor(stop_on_fail[0], self.reqs, stop_on_fail[1])
+            aborted = self._run_monitored(monitor, checks)
+            failing = monitor.failing(self.env.now) if aborted else ()
         for uid, clone in self.clones.items():  # rejected on its prefill instance: rejected for good
             r = self.reqs[uid]
             if clone.status is Status.REJECTED and r.status is not Status.REJECTED:
                 r.status, r.reject_reason, r.reject_detail = Status.REJECTED, clone.reject_reason, clone.reject_detail
                 self.instance[uid] = self.prefill_of[uid]
-        return self._result()
+        res = self._result()
+        res.aborted, res.failing = aborted, failing
+        return res
+
+    def _ended(self) -> int:
+        """Requests ended: finished or rejected, on their decode instance or (a clone) their prefill one."""
+        done = sum(r.status in (Status.FINISHED, Status.REJECTED) for r in self.reqs)
+        return done + sum(c.status is Status.REJECTED and self.reqs[u].status is not Status.REJECTED
+                          for u, c in self.clones.items())
+
+    def _run_monitored(self, monitor: SloMonitor, checks: int) -> bool:
+        """Run in ``checks`` chunks over the arrival span (as the routed replay's monitored run);
+        True if the monitor found the SLO certain to fail and the run stopped there."""
+        env, reqs = self.env, self.reqs
+        span = reqs[-1].arrival_s - reqs[0].arrival_s if reqs else 0.0
+        every = max(span / max(checks, 1), 1e-3)
+        while self._ended() < len(reqs) and env.peek() < math.inf:
+            env.run(until=env.now + every)
+            if monitor(env.now):
+                return True
+        return False
 
     def _result(self) -> ClusterResult:
         frame = request_frame(self.reqs)
@@ -241,6 +271,11 @@ class ClusterRun:
         return held[np.searchsorted(t, at, side="right")] * c.block_size
 
 
-def run_cluster(spec: ClusterSpec, trace: Trace) -> ClusterResult:
-    """Simulate ``trace`` on the cluster ``spec``."""
-    return ClusterRun(spec, trace).run()
+def run_cluster(spec: ClusterSpec, trace: Trace, *, stop_on_fail: tuple[Slo, int] | None = None,
+                checks: int = 40) -> ClusterResult:
+    """Simulate ``trace`` on the cluster ``spec``.
+
+    ``stop_on_fail=(slo, skip)`` checks ``checks`` times over the trace's span whether the SLO
+    (on requests ``skip:``) can still pass, and stops when it cannot (:mod:`sim.cluster.monitor`,
+    as :func:`sim.cluster.replay.replay_fleet`); unfinished requests then count as misses."""
+    return ClusterRun(spec, trace).run(stop_on_fail, checks)

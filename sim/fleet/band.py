@@ -42,7 +42,10 @@ class BandEdge:
 
 
 def candidate_basis(cand: Candidate, base: dict[str, object]) -> CostBasis:
-    return cost_basis_for(cand.config(dict(base)))
+    """The cost basis of one unit; of an xPyD group, its role with the wider pessimistic band
+    (a GPU per role: the two roles' step times rest on different measurements)."""
+    roles = ("unified",) if cand.split is None else ("prefill", "decode")
+    return max((cost_basis_for(cand.config(dict(base), r)) for r in roles), key=lambda b: b.band[1])
 
 
 def band_edges(spec: PlanSpec, best: list[CapacityEstimate], demand: Demand,
@@ -83,9 +86,9 @@ def band_columns(table: pd.DataFrame, edges: dict[Candidate, BandEdge], spec: Pl
         shape = (str(r["gpu"]), int(r["tp"]))
         if shape not in bases:
             bases[shape] = candidate_basis(Candidate(*shape), spec.base)
-        b = bases[shape]
         unit = (*shape, r["knobs"], r.get("shape", "unified"))
         edge = next((e for c, e in edges.items() if (c.gpu, c.tp, c.knob_text, c.shape) == unit), None)
+        b = bases[shape] if edge is None else CostBasis(edge.basis, "", edge.band)
         n = edge.replicas if edge is not None else pd.NA
         per_unit = int(r.get("gpus_per_unit", r["tp"]))
         rows.append({"cost_basis": b.basis, "band_pessimistic_pct": 100 * b.band[1],
@@ -106,12 +109,14 @@ def band_sentence(row: pd.Series) -> str:
     if n_p is pd.NA or "cost_basis" not in row:  # no band-edge search for this row
         return ""
     n, pct, tp = int(row["replicas"]), float(row["band_pessimistic_pct"]), int(row["tp"])
+    unit = "replica" if str(row.get("shape", "unified")) == "unified" else "xPyD group"
+    per_unit = int(row.get("gpus_per_unit", tp))
     head = (f" **Step-time band:** the cost model is *{row['cost_basis']}* for {row['gpu']} TP{tp}; its "
             f"held-out error reaches {pct:+.0f}% (slower steps than predicted, 90th percentile).")
     if int(n_p) <= n:
-        return head + f" At that edge the fleet size holds: **{n} {'replica' if n == 1 else 'replicas'} either way**."
+        return head + f" At that edge the fleet size holds: **{n} {unit}{'' if n == 1 else 's'} either way**."
     if n_p == 0:
         return head + " At that edge no load meets the SLO: treat this row as unproven."
-    return (head + f" At that edge one replica sustains {row['qps_pessimistic']:.1f} QPS, so **{int(n_p)} replicas "
-            f"({int(n_p) * tp} GPUs, ${row['cost_per_hour_pessimistic']:,.2f}/h) are recommended**; the central "
+    return (head + f" At that edge one {unit} sustains {row['qps_pessimistic']:.1f} QPS, so **{int(n_p)} {unit}s "
+            f"({int(n_p) * per_unit} GPUs, ${row['cost_per_hour_pessimistic']:,.2f}/h) are recommended**; the central "
             f"estimate above ({n}) holds only if steps are as fast as predicted.")

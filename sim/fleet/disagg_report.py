@@ -26,6 +26,8 @@ def unit_text(row: pd.Series) -> tuple[str, str, int]:
     per_unit = int(row.get("gpus_per_unit", tp))
     if shape == "unified":
         return f"{row['gpu']} (TP={tp}, {row['knobs']})", "replica", per_unit
+    if " / " in shape:  # a GPU per role: the shape names both, e.g. "1P3D (h200 TP2 / h100 TP1)"
+        return f"{shape} group ({row['router']}, {row['knobs']})", "xPyD group", per_unit
     return f"{shape} group of {row['gpu']} (TP={tp}, {row['router']}, {row['knobs']})", "xPyD group", per_unit
 
 
@@ -123,6 +125,6 @@ def disagg_section(plan: Plan) -> list[str]:
               "(per 1k requests):", "", *breakdown_table(t), ""]
     used = [b for b in ("link-bandwidth", "decode-kv-receive") if b in set(t["binding_constraint"])]
     lines += [f"- `{b}` (xPyD): {LABELS[b][0]}." for b in used]
-    lines += ["- xPyD caveats: one step-cost model for both roles; link latencies are estimates (links.yaml); "
-              "P/D probes run their whole window (no early stop); `replicas` of an xPyD row counts groups.", ""]
+    lines += ["- xPyD caveats: each role's step times come from its own GPU's cost model (one model family for "
+              "both roles); link latencies are estimates (links.yaml); `units` of an xPyD row counts groups.", ""]
     return lines

@@ -21,6 +21,7 @@ from sim.run.build import build
 
 INFEASIBLE = "infeasible at any load"
 SOFT_BASES = ("uncalibrated", "extrapolated")   # step times not measured on this GPU x TP
+_TRUST = ("exact", "fitted", "extrapolated", "uncalibrated")   # most measured first
 
 
 def tp_refusal(model: str, tp: int) -> str:
@@ -66,12 +67,17 @@ def infeasible_note(cap: CapacityEstimate, slo: Slo) -> str:
 
 
 def cost_model_of(cand: Candidate, base: dict[str, Any]) -> tuple[str, str]:
-    """(cost model name, basis: fitted / extrapolated / uncalibrated / exact) of one candidate."""
+    """(cost model name, basis: fitted / extrapolated / uncalibrated / exact) of one candidate;
+    of an xPyD group whose roles differ (a GPU per role), ``prefill / decode`` names and the
+    least measured of the two bases (what the step times of the group rest on at worst)."""
+    roles = ("unified",) if cand.split is None else ("prefill", "decode")
     try:
-        cost = build(cand.config(base)).cost
+        costs = [build(cand.config(base, r)).cost for r in roles]
     except ConfigError:
         return "-", "-"
-    return cost.name, basis_of(cost).basis
+    names = list(dict.fromkeys(c.name for c in costs))
+    bases = [basis_of(c).basis for c in costs]
+    return " / ".join(names), max(bases, key=lambda b: _TRUST.index(b) if b in _TRUST else len(_TRUST))
 
 
 def _cost(row: pd.Series, col: str) -> float:

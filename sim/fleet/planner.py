@@ -111,14 +111,18 @@ def capacities(spec: PlanSpec, cands: list[Candidate], scaled: pd.DataFrame, dem
     return [combine(c, by[c]) for c in cands]
 
 
-def best_per_shape(caps: list[CapacityEstimate]) -> list[CapacityEstimate]:
+def best_per_shape(caps: list[CapacityEstimate], spec: PlanSpec | None = None) -> list[CapacityEstimate]:
     """The candidate with the most QPS per GPU for each (gpu, tp), unified and xPyD apart
-    (the best knobs; among splits, the best ratio and router)."""
+    (the best knobs; among splits, the best ratio and router). With ``spec``, QPS per unit
+    dollar instead: the same order unless a split mixes GPUs of different prices."""
+    def per(c: CapacityEstimate) -> float:
+        cand = c.candidate
+        return c.qps / (cand.unit_price(spec.prices, spec.price_point) if spec else cand.gpus_per_unit)
+
     best: dict[tuple[str, int, bool], CapacityEstimate] = {}
     for c in caps:
         key = (c.candidate.gpu, c.candidate.tp, c.candidate.split is None)
-        per_gpu = c.qps / c.candidate.gpus_per_unit
-        if c.feasible and (key not in best or per_gpu > best[key].qps / best[key].candidate.gpus_per_unit):
+        if c.feasible and (key not in best or per(c) > per(best[key])):
             best[key] = c
     return list(best.values())
 
@@ -126,7 +130,7 @@ def best_per_shape(caps: list[CapacityEstimate]) -> list[CapacityEstimate]:
 def validate(spec: PlanSpec, caps: list[CapacityEstimate], scaled: pd.DataFrame, demand: Demand,
              progress: Progress | None = None) -> dict[Candidate, Validation]:
     tasks = [ValidateTask(c.candidate, spec.base, size(demand.peak_qps, c.qps, spec.headroom),
-                          spec.slo, spec.router) for c in best_per_shape(caps)]
+                          spec.slo, spec.router) for c in best_per_shape(caps, spec)]
     if not tasks:  # no candidate passed at any load: nothing to replay
         return {}
     done = [0]
@@ -170,7 +174,7 @@ def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None,
             return capacities(s, cs, scaled, demand, (lambda _, d, n: progress("capacity at band edge", d, n))
                               if progress else None)
 
-        edges = band_edges(spec, best_per_shape(caps), demand, at_edge)
+        edges = band_edges(spec, best_per_shape(caps, spec), demand, at_edge)
     table = band_columns(table, edges, spec)
     sched = cost = None
     if len(table) and table.iloc[0]["max_qps_per_replica"] > 0:

@@ -55,7 +55,9 @@ def _fmt(col: str, v: Any) -> str:
 
 def markdown_table(table: pd.DataFrame) -> str:
     cols = [c for c in MD_COLS if c in table.columns]
-    lines = ["| # | " + " | ".join(MD_COLS[c] for c in cols) + " |",
+    xpyd = "shape" in table and bool((table["shape"] != "unified").any())  # a unit is a replica or an xPyD group
+    names = {**MD_COLS, **({"replicas": "units", "max_qps_per_replica": "QPS/unit"} if xpyd else {})}
+    lines = ["| # | " + " | ".join(names[c] for c in cols) + " |",
              "|---|" + "---|" * len(cols)]
     for i, r in table.iterrows():
         cells = [_fmt(c, r[c]) for c in cols]
@@ -256,7 +258,7 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
         if role in paths:
             lines.append(f"![{title}]({paths[role].name})")
     lines += ["", *disagg_section(plan), *notes_section(plan.table)]
-    unverified = sorted({r["gpu"] for _, r in plan.table.iterrows() if r["price_unverified"]})
+    unverified = sorted({g for c in plan.capacities for g in c.candidate.gpu_names if spec.prices[g].unverified})
     n_win = min(spec.window, len(plan.scaled))
     win = (f"random window of {n_win:,} requests of the scaled trace" if n_win == spec.window else
            f"window of {n_win:,} requests (the whole trace: --window {spec.window:,} is longer)")
@@ -267,12 +269,13 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
               "- Replicas = ceil(peak / capacity x (1 + headroom)) + k, then a routed replay of the **full** trace through "
               "the fleet (best knobs per GPU x TP) adjusts it: +1 while it fails, -1 once if the smaller fleet passes.",
               "- `validated = no` rows were sized by per-replica math only.",
-              "- Costs: $/h = GPUs x $/GPU-hour (" + spec.price_point + " price); $/1M tokens at the mean demand.",
+              "- Costs: $/h = GPUs x $/GPU-hour (" + spec.price_point + " price; an xPyD group with a GPU per role "
+              "pays each role's own); $/1M tokens at the mean demand.",
               ]
     if unverified:
         lines.append(f"- **Unverified prices** (recalled, not sourced): {', '.join(unverified)}. Override with --prices.")
-    soft = sorted({f"{r['gpu']} TP{r['tp']}" for _, r in plan.table.iterrows()
-                   if r.get("cost_basis") in SOFT_BASES})
+    soft = sorted({str(r["shape"]) if " / " in str(r.get("shape", "")) else f"{r['gpu']} TP{r['tp']}"
+                   for _, r in plan.table.iterrows() if r.get("cost_basis") in SOFT_BASES})  # a GPU per role: both named
     if soft:
         lines.append(f"- Step costs of {', '.join(soft)} are **not measured** on that GPU x TP (uncalibrated or "
                      "extrapolated cost model): absolute capacities are estimates.")

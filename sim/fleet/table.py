@@ -16,6 +16,7 @@ from sim.fleet.sizing import size
 from sim.fleet.spec import Demand, PlanSpec
 from sim.fleet.validate import Validation
 
+# price_per_gpu_hour: one unit's $/h over its GPUs (an xPyD group with a GPU per role blends the two)
 # per unit at capacity (one replica, or one xPyD group): mean TTFT parts (they sum to ttft_mean),
 # busy share per role, busiest link, pulls blocked on decode blocks (sim/fleet/breakdown.py, xpyd_plan.py)
 AT_CAPACITY = (*(f"ttft_{p}" for p in PARTS), "ttft_mean", "busy_unified", "busy_prefill", "busy_decode",
@@ -34,15 +35,16 @@ COLUMNS = (
 def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation | None,
          timeline: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
     c = cap.candidate
-    price = spec.prices[c.gpu]
-    usd_gpu = price.at(spec.price_point)
+    usd_unit = c.unit_price(spec.prices, spec.price_point)   # each role's GPUs at its own price
+    usd_gpu = usd_unit / c.gpus_per_unit                       # blended over the roles' GPUs
+    unverified = [g for g in c.gpu_names if spec.prices[g].unverified]
     n_math = size(demand.peak_qps, cap.qps, spec.headroom)
     n_base = val.replicas if val is not None else n_math
     n = n_base + spec.n_plus_k if cap.feasible else 0
     m = dict(cap.at_capacity)
     if val is not None:
         m.update(val.metrics)
-    per_hour = n * c.gpus_per_unit * usd_gpu if n else math.nan
+    per_hour = n * usd_unit if n else math.nan
     out_tok_h = demand.mean_qps * demand.mean_output_tokens * 3600 / 1e6
     tot_tok_h = demand.mean_qps * demand.mean_total_tokens * 3600 / 1e6
     passed = bool(val.passed) if val is not None else cap.feasible
@@ -51,7 +53,7 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
         pol = autoscale.AutoscalePolicy(bucket_s=spec.bucket_s, cold_start_s=spec.cold_start_s,
                                         headroom=spec.headroom, n_plus_k=spec.n_plus_k)
         sch = autoscale.schedule(timeline[0], timeline[1], cap.qps, pol)
-        ac = autoscale.costs(sch, n, c.gpus_per_unit * usd_gpu, spec.bucket_s)
+        ac = autoscale.costs(sch, n, usd_unit, spec.bucket_s)
         auto = ac.autoscale_cost / ac.hours * 24 if ac.hours else math.nan
     notes = []
     if cap.error:
@@ -62,8 +64,8 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
         notes.append(f"routed replay fails at {val.replicas} replicas")
     if any(s.hit_ceiling for s in cap.seeds):
         notes.append("capacity hit the search ceiling")
-    if price.unverified:
-        notes.append("price unverified")
+    if unverified:
+        notes.append("price unverified" + ("" if len(c.gpu_names) == 1 else f" ({', '.join(unverified)})"))
     cost_name, basis = cost_model_of(c, spec.base)
     return {
         "gpu": c.gpu, "tp": c.tp, "shape": c.shape, "router": spec.router if c.split is None else c.split.router,
@@ -78,11 +80,11 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
         "cost_per_1m_out_tokens": per_hour / out_tok_h if out_tok_h else math.nan,
         "cost_per_1m_tokens": per_hour / tot_tok_h if tot_tok_h else math.nan,
         "cost_per_day": per_hour * 24, "autoscale_cost_per_day": auto,
-        "price_per_gpu_hour": usd_gpu, "price_unverified": price.unverified,
+        "price_per_gpu_hour": usd_gpu, "price_unverified": bool(unverified),
         **{k: m.get(k, math.nan) for k in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "kv_tokens",
                                           "kv_util", "frag_share", "preempt_per_1k")},
         "binding_constraint": cap.binding, "cost_model": cost_name, "cost_basis": basis,
-        "requests_per_gpu_dollar": cap.qps * 3600 / (c.gpus_per_unit * usd_gpu) if usd_gpu else math.nan,
+        "requests_per_gpu_dollar": cap.qps * 3600 / usd_unit if usd_unit else math.nan,
         **{k: cap.at_capacity.get(k, math.nan) for k in AT_CAPACITY},
         "note": "; ".join(notes),
     }
