@@ -11,20 +11,29 @@ their ratios are measured under the same load:
 - live KV-aware routing with ``--exact-steps`` (the reference; ``--skip-exact`` leaves it out).
 
 The two live runs are bit-identical to their exact-stepped versions (tests/test_router_live.py).
+Live routing reads every replica at every arrival; each replica's fast-forward window waits
+for the router there and goes on (sim/engine/fastforward/pause.py), so live costs little more
+than static.
 
-Measured 2026-12-01 on the shared 2-core development machine, CPU seconds (wall was 1.5-2.8x
-higher under other agents' load). Before merging main's one-window engine: kv-aware live 18.8 s,
-least-outstanding live 18.6 s, round-robin static 9.1 s, kv-aware --exact-steps 30.3 s. After
-(09:44 UTC): 18.4 s, 17.3 s, 10.5 s and 20.5 s -- the exact loop got faster, so live
-fast-forward now gains only ~1.1x over exact stepping here. Live routing costs ~1.8x static:
-every arrival ends every replica's window (any replica may receive it; ~19k arrivals x 8
-replicas), and each replica then runs the step that straddles the arrival exactly, so windows
-average ~3 steps.
+The cost model is the default one; ``--serving-stack vllm-2023`` replays with the stack that
+was the default when the issue measured (eager launch floors: longer steps, so ~2.1x fewer of
+them), the like-for-like comparison with the issue's figures (its static round-robin took
+5.1 s; this machine gives the same within a few percent, so the machines are comparable).
+
+Measured 2026-12-01 (2-core machine, CPU seconds, one process each):
+
+    stack       kv-aware live   least-outstanding live   round-robin static   steps
+    vllm-2023   7.2-7.5 s       8.8 s                    5.0 s                262k
+    default     14.6 s          13.9 s                   10.5 s               562k
+
+Before windows waited for the router (every arrival ended every window, 09:44 UTC): default
+stack, least-outstanding 20.9 s, kv-aware 20.6 s.
 
 The trace is found under ``$KVSIM_DATA/traces/azure_llm_2023/``; without it the bench says so
 and exits.
 
     KVSIM_DATA=/path/to/data python bench/bench_fleet.py [--replicas 8] [--skip-exact]
+        [--serving-stack vllm-2023]
 """
 
 from __future__ import annotations
@@ -38,11 +47,12 @@ from pathlib import Path
 
 from sim.cluster.replay import replay_fleet
 from sim.config.schema import make_config
+from sim.cost.for_config import cost_model_for
 from workloads import load_trace
 
 VIDUR_8_REPLICAS_S = 121.0  # issue 18, one run on the issue's machine
 CONFIG = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
-              block_size=16, max_model_len=4096, cost_model="roofline")
+              block_size=16, max_model_len=4096)
 RUNS = [("kv-aware (live)", "kv-aware", False), ("least-outstanding (live)", "least-outstanding-tokens", False),
         ("round-robin (static)", "round-robin", False), ("kv-aware --exact-steps", "kv-aware", True)]
 
@@ -60,6 +70,7 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--skip-exact", action="store_true")
     ap.add_argument("--trace", type=Path, default=None)
+    ap.add_argument("--serving-stack", default=None, help="e.g. vllm-2023 (the issue's default then)")
     a = ap.parse_args()
     path = a.trace or trace_path()
     if path is None:
@@ -67,12 +78,14 @@ def main() -> None:
         sys.exit(0)
     print(f"bench_fleet {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, python {sys.version.split()[0]}")
     trace = load_trace(path)
-    print(f"{trace.num_requests:,} requests; {a.replicas} x Llama-2-70B on 2x A100-80GB TP 2 (roofline cost)")
+    cost = cost_model_for(make_config(**CONFIG, **({"serving_stack": a.serving_stack} if a.serving_stack else {})))
+    print(f"{trace.num_requests:,} requests; {a.replicas} x Llama-2-70B on 2x A100-80GB TP 2; cost model: {cost.name}")
     walls: dict[str, float] = {}
     for name, router, exact in RUNS:
         if exact and a.skip_exact:
             continue
-        cfgs = [make_config(exact_steps=exact, **CONFIG)] * a.replicas
+        stack = {"serving_stack": a.serving_stack} if a.serving_stack else {}
+        cfgs = [make_config(exact_steps=exact, **CONFIG, **stack)] * a.replicas
         t0, c0 = time.perf_counter(), time.process_time()
         res = replay_fleet(cfgs, trace, router)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0

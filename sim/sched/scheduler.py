@@ -114,7 +114,6 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         running, kv = self.running, self.kv
         scheduled = plan.scheduled
-        thr = self.threshold
         # Fast path: a decode whose token lands inside its last block (c % B != 0) needs no new
         # block and cannot fail; only a block it fills must be registered in the prefix cache.
         # A slab's chunk always has room.
@@ -143,9 +142,7 @@ class Scheduler:
                     continue
                 if spec and r.num_output:
                     n += spec  # vLLM num_tokens_with_spec: the drafts proposed after its last step
-            if 0 < thr < n and (len(running) + self.num_waiting) > 1:
-                n = thr
-            n = min(n, budget)
+            n = self.chunk_tokens(n, budget)
             if spec:
                 n = min(n, self.max_model_len - 1 - c)  # no position past max_model_len
             if n <= 0:
@@ -179,6 +176,15 @@ class Scheduler:
             if not self.preemption.swapped:
                 self.admit(plan, budget, now, step)
         return plan
+
+    def chunk_tokens(self, n: int, budget: int) -> int:
+        """Tokens the running pass gives a request with ``n`` still to compute and ``budget``
+        left: vLLM's ``long_prefill_token_threshold`` (when more than one request is in the
+        system), then the budget (fast-forward continues a chunked prefill with it)."""
+        thr = self.threshold
+        if 0 < thr < n and (len(self.running) + self.num_waiting) > 1:
+            n = thr
+        return n if n < budget else budget
 
     def _grow(self, r: Request, n: int) -> bool:
         """Room for ``n`` more tokens of a running request (no admission rules apply), plus the

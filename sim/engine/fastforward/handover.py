@@ -1,9 +1,14 @@
-"""The sync window's hand-over to the exact loop when a live router's next arrival falls
-inside the step being planned (:mod:`sim.engine.fastforward.window`)."""
+"""How a fast-forward window (:mod:`sim.engine.fastforward.window`) hands over to the exact
+loop: at its end (:func:`close`), or, sync, when a live router's next arrival falls inside the
+step being planned and the window may not wait for it (:func:`hand_over`)."""
 
 from __future__ import annotations
 
-from sim.engine.step import StepKernel
+from collections.abc import Collection
+
+from sim.cost import StepBatch
+from sim.engine.fastforward.steps import land
+from sim.engine.step import InFlight, StepKernel
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
@@ -29,3 +34,24 @@ def _pending_plan(running: list[Request], admitted: StepPlan | None) -> StepPlan
     new = {r.uid for r, _ in admitted.scheduled}
     admitted.scheduled[:0] = [(r, 1) for r in running if r.uid not in new]
     return admitted
+
+
+def close(k: StepKernel, lag: int, running: list[Request], s: int, real: Collection[int], landing: bool,
+          p_plan: StepPlan, p_batch: StepBatch, p_dt: float, p_start: float, p_done: list[Request],
+          t: float) -> tuple[float, InFlight | None]:
+    """End a window of ``s`` steps: every decoder (not in ``real``) gets its real counts. Async:
+    the step in flight goes back to the exact loop (its plan lists every running request: the
+    exact loop's ``output`` reads only who had a token in flight); sync: a step left landing
+    (more than one chunked prefill remains) lands with every count real."""
+    for r in running:
+        if r.uid not in real:
+            r.num_computed_tokens += s
+            r.num_output += s
+            r.num_tokens += s
+    if lag:
+        return p_start, InFlight(StepPlan(scheduled=[(r, 1) for r in running],
+                                          swap_in_blocks=p_plan.swap_in_blocks), p_batch, p_dt, p_start, p_done)
+    if landing:
+        land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,
+             sum(r.num_computed_tokens for r in running if r not in p_done), k.sched.num_waiting)
+    return t, None

@@ -10,21 +10,17 @@ count they would have had at the start of the window) and are bucketed by ``c0 m
                           its last block fills      iff (c0 + s) % B == 0
 
 so a step costs O(requests with an event), not O(batch). Most steps are *quiet*: nothing
-finishes or is freed, and admission can admit nothing
-(:func:`~sim.engine.fastforward.steps.no_admission`); a quiet step skips the admission pass and
-times its decodes with ``StepKernel.decode_time`` (:mod:`sim.cost.bulk`), and hands out blocks,
-registers hashes and writes its record as any other. Admissions run through the scheduler's own
-admission pass on the real (eagerly updated) block pool; a new request whose prefill completes
-joins the decoders. The window ends before a step that could preempt (block needs exceed the
-free blocks) or whose token budget cannot cover every decoder, and after a step that leaves a
-chunked prefill. Decoders are also bucketed by the step that samples their last token; they
-leave then and are finished as ``Scheduler.update`` does (in running order, ``Request.seq``).
-A live router's arrivals pause the window (:mod:`sim.engine.fastforward.pause`).
-
-One window serves sync and async scheduling (:mod:`sim.engine.fastforward.ordering`): under
-async scheduling a filled block is registered one step late, and a request whose last token is
-in flight keeps its blocks and running slot until that step lands; the window starts from, and
-hands back, the exact loop's :class:`~sim.engine.step.InFlight` step.
+finishes or is freed, and admission can admit nothing (``steps.no_admission``); a quiet step
+skips the admission pass and times its decodes with ``StepKernel.decode_time``
+(:mod:`sim.cost.bulk`). Admissions run through the scheduler's own admission pass on the real
+(eagerly updated) block pool; a request whose prefill completes joins the decoders, and one
+chunked prefill is carried on (:mod:`sim.engine.fastforward.chunked`). The window ends before
+a step that could preempt or whose budget cannot cover every decoder, and after one that
+leaves two chunked prefills. Decoders are also bucketed by the step that samples their last
+token, and leave then, finished as ``Scheduler.update`` does (running order, ``Request.seq``).
+A live router's arrivals pause the window (:mod:`sim.engine.fastforward.pause`). One window
+serves sync and async scheduling (:mod:`sim.engine.fastforward.ordering`); async, it starts
+from and hands back the exact loop's :class:`~sim.engine.step.InFlight` step.
 
 Everything the exact path computes -- block ids and their order, hash registrations,
 StepBatch integers, float sums of step times, per-step records -- is computed here in the
@@ -38,8 +34,9 @@ from collections.abc import Callable, Generator
 from functools import partial
 
 from sim.cost import StepBatch
+from sim.engine.fastforward.chunked import carried, next_chunk
 from sim.engine.fastforward.decoders import by_seq, join, leave, uids
-from sim.engine.fastforward.handover import hand_over
+from sim.engine.fastforward.handover import close, hand_over
 from sim.engine.fastforward.ordering import Order
 from sim.engine.fastforward.pause import pause
 from sim.engine.fastforward.steps import land, no_admission
@@ -64,10 +61,9 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     """Run as many steps as can be done in bulk; return ``(time, step in flight)`` at the end.
     A generator: when ``pausable`` it yields the times to sleep until while a router acts.
 
-    Sync: ``flight`` is None and the window starts at ``t``; it returns the time the next
-    exact step starts (``t`` when nothing could be done in bulk). Async: ``flight`` is the step
-    the exact loop just launched; it returns the step in flight at the end and its start
-    (``flight`` itself when nothing could be done in bulk).
+    Sync: ``flight`` is None, the window starts at ``t`` and returns when the next exact step
+    starts. Async: ``flight`` is the step the exact loop just launched; it returns the step in
+    flight at the end and its start (``flight`` itself when nothing could be done in bulk).
 
     ``pull_due(t)`` admits the arrivals due by ``t``; ``next_due()`` (the replica's next own
     arrival) lets quiet steps skip the admission pass. ``next_arrival`` is a live router's next
@@ -85,17 +81,16 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     sched = k.sched
     if sched.swapped or not sched.mixed_steps or sched.spec_tokens or not sched.running:
         return t, flight
-    decoding = order.decoding
-    for r in sched.running:
-        if not decoding(r):
-            return t, flight
+    ok, part = carried(sched.running, order.decoding)
+    if not ok:
+        return t, flight
     return (yield from _window(k, order.lag, t, flight, pull_due, next_arrival, next_due, pausable,
-                               real_counts))
+                               real_counts, part))
 
 
 def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pull,
             next_arrival: NextArrival | None, next_due: NextArrival | None, pausable: bool,
-            real_counts: bool) -> Window:
+            real_counts: bool, part: Request | None) -> Window:
     sched, kv = k.sched, k.kv
     running = sched.running
     max_batched, max_seqs = sched.max_num_batched_tokens, sched.max_num_seqs
@@ -111,7 +106,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     c0_sum = pages = decoders = 0
     for r in running:
         left = r.output_tokens - r.num_output
-        if not left:
+        if not left or r is part:
             continue  # async: in f.done, skipped in the next plan, freed when f lands
         c0_sum += r.num_computed_tokens
         decoders += 1
@@ -136,7 +131,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         t = p_start + p_dt  # when the step in flight ends
     else:
         p_plan, p_batch, p_dt, p_start = NO_PLAN, new_batch((0,) * 11), 0.0, t
-    partial: set[int] = set()
+    partial: set[int] = {part.uid} if part is not None else set()  # chunked prefills (real counts)
     s = 0
     while decoders:
         s1 = s + 1
@@ -149,7 +144,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             # or after the router's next arrival, which reads the replica mid-flight (step s
             # running, s1 planned): let SimPy run it, the exact loop plans s1
             break
-        if quiet and s1 not in fin and not (landing and p_done):
+        if quiet and s1 not in fin and not (landing and p_done) and part is None:
             # ---- a quiet step: nothing finishes, nothing is freed, and no admission can run ----
             if due <= plan_t:  # an arrival is due: pull it (it may change what admission sees)
                 pull_due(plan_t)
@@ -208,6 +203,9 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         elif due <= plan_t:
             pull_due(plan_t)
             due = next_due()  # type: ignore[misc]
+        n_part = 0 if part is None else next_chunk(sched, part, p_done, decoders, max_batched, len(bucket))
+        if part is not None and not n_part:
+            break  # the chunked prefill's step is not the window's to apply: go exact
         if bucket:
             append_block(bucket)  # type: ignore[misc]
             pages += len(bucket)
@@ -218,14 +216,16 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             if filling:
                 register(filling, s1)
         plan = None
+        if part is not None:  # its next chunk, after every decoder (running order)
+            kv.allocate(part, n_part)
+            plan = StepPlan(scheduled=[(part, n_part)])
+            partial.discard(part.uid)
         nw = sched.num_waiting
         if nw and len(running) < max_seqs:
-            plan = StepPlan()
-            sched.admit(plan, max_batched - decoders, plan_t, k.step + lag)
-            if plan.scheduled:
-                nw = sched.num_waiting
-            else:
-                plan = None
+            adm = plan if plan is not None else StepPlan()
+            sched.admit(adm, max_batched - decoders - n_part, plan_t, k.step + lag)
+            if adm.scheduled:
+                plan, nw = adm, sched.num_waiting
         if lag and pausable and t >= na:  # async: step s (in flight) straddles the router's arrival
             na = yield from pause(k, running, s, uids(plan) | {r.uid for r in p_done}, t, na, next_arrival, real_counts)  # type: ignore[arg-type]
             due = next_due() if quiet else due  # type: ignore[misc]
@@ -251,6 +251,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             na = yield from pause(k, running, s, uids(plan), end, na, next_arrival, real_counts)  # type: ignore[arg-type]
             due = next_due() if quiet else due  # type: ignore[misc]
         if plan is not None:
+            part = None
             for r, n in plan.scheduled:
                 if r.advance(n, end):
                     if lag:
@@ -263,7 +264,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                     decoders += 1
                     pages += join(r, s1 + left, fin, buckets, paged)
                 else:
-                    partial.add(r.uid)  # a chunked prefill remains: the next plan is exact
+                    partial.add(r.uid)  # a chunked prefill remains: the window carries one on
+                    part = r
         s = s1
         done = fin.pop(s1, NONE)
         if done:  # sampled their last token: out of the decoders, real counts (in running order)
@@ -277,23 +279,13 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 r.num_tokens += s1
         p_plan = plan if plan is not None else NO_PLAN
         p_batch, p_dt, p_start, p_done, t, landing = batch, dt, t, done, end, True
-        if partial:
-            break  # a chunked prefill remains: hand over to exact steps
+        if len(partial) > 1:
+            break  # more than one chunked prefill remains: hand over to exact steps
         if not lag:  # sync: step s1 lands at its end, before step s1 + 1 is planned
-            land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s, nw)
+            land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,
+                 c0_sum + decoders * s + (part.num_computed_tokens if part is not None else 0), nw)
             landing = False
     if not s:
         return t if f is None else f.start, f
-    real = partial | {r.uid for r in p_done} if landing else partial
-    for r in running:
-        if r.uid not in real:
-            r.num_computed_tokens += s
-            r.num_output += s
-            r.num_tokens += s
-    if lag:
-        return p_start, InFlight(StepPlan(scheduled=[(r, 1) for r in running],
-                                          swap_in_blocks=p_plan.swap_in_blocks), p_batch, p_dt, p_start, p_done)
-    if landing:  # sync, a chunked prefill remains: the step lands with every count real
-        land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,
-             sum(r.num_computed_tokens for r in running if r not in p_done), sched.num_waiting)
-    return t, None
+    return close(k, lag, running, s, partial | {r.uid for r in p_done} if landing else partial,
+                 landing, p_plan, p_batch, p_dt, p_start, p_done, t)
