@@ -97,6 +97,19 @@ class PoolView(Protocol):
     def shared_excess(self) -> int: ...
 
 
+class LinearBreakdown(NamedTuple):
+    """``breakdown`` with ``free`` free blocks, ``computed`` token states, ``shared`` excess::
+
+        used = usable - free;  internal = (used + shared) * block_size - computed
+        token_states = used * block_size - internal;  reserved = 0
+        external = null_slots;  free slots = free * block_size
+    """
+
+    block_size: int
+    usable: int
+    null_slots: int
+
+
 class DecodeBlocks(Protocol):
     """What fast-forward asks of a block pool while decoders run in bulk (a paged allocator)."""
 
@@ -110,6 +123,12 @@ class DecodeBlocks(Protocol):
     def register_decoded_blocks(self, reqs: list[Request], ahead: int) -> None:
         """Publish each request's block that decoding just filled (``ahead`` tokens still in
         flight) to the prefix cache."""
+        ...
+
+    def linear_breakdown(self) -> LinearBreakdown | None:
+        """The constants of :meth:`KvAllocator.breakdown` when it is linear in the free blocks,
+        the token states and the shared excess (a quiet window step computes it inline);
+        None: it is not."""
         ...
 
 

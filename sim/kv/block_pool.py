@@ -124,6 +124,28 @@ class BlockPool:
         fq.size -= n
         return out
 
+    def pop_one(self) -> int:
+        """``get_new_blocks(1)[0]`` (the decode hot path: one decoder crossing a block boundary)."""
+        if self.stack:
+            return self.get_new_blocks(1)[0]
+        fq = self.free_queue
+        nxt, head = fq._next, fq._head
+        b = nxt[head]
+        key = self.block_hash[b]
+        if key is not None:
+            if not self.dups and self.cache.get(key) == b:
+                self.block_hash[b] = None
+                del self.cache[key]
+                self.evictions += 1
+            else:
+                self._evict(b, key)
+        self.ref[b] = 1
+        after = nxt[b]
+        nxt[head] = after
+        fq._prev[after] = head
+        fq.size -= 1
+        return b
+
     def touch(self, blocks: Iterable[int]) -> None:
         """Take one more reference on each block (a hit on a free block unlinks it)."""
         ref, fq = self.ref, self.free_queue

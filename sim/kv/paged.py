@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from functools import partial
 
-from sim.kv.base import MemoryBreakdown, cdiv
+from sim.kv.base import LinearBreakdown, MemoryBreakdown, cdiv
 from sim.kv.block_table import BlockTable, table_of
 from sim.kv.hashing import UNIQUE_BASE, shared_prefix_blocks
 from sim.kv.layout import PagedLayout
@@ -126,6 +126,16 @@ class PagedAllocator(KvCacheManager):
             return
         pool = self.pool
         blocks, bh, cache = table.blocks, pool.block_hash, pool.cache
+        if not j0 and req.content is None and not req.num_preemptions and type(cache) is dict and not pool.stack:
+            # a first admission without content: fresh blocks (popped ones are evicted, except
+            # paper-v0's stack order), keys this pool has never seen (unique to the request), so
+            # no duplicate and no hit to skip -- in bulk
+            keys = range(-(req.uid * UNIQUE_BASE + 1), -(req.uid * UNIQUE_BASE + 1) - full, -1)
+            fresh = blocks[:full]
+            cache.update(zip(keys, fresh, strict=True))
+            for b, key in zip(fresh, keys, strict=True):
+                bh[b] = key
+            return
         shared_upto = shared_prefix_blocks(req, self.block_size)
         unique0 = -(req.uid * UNIQUE_BASE + 1)  # unique_key(uid, j) == unique0 - j
         for j in range(j0, full):
@@ -189,6 +199,9 @@ class PagedAllocator(KvCacheManager):
     def append_block(self, reqs: list[Request]) -> None:
         """Give each request one new block, in order (decoders crossing a block boundary;
         the caller checked there are enough free blocks)."""
+        if len(reqs) == 1:
+            reqs[0].kv.blocks.append(self.pool.pop_one())
+            return
         for r, b in zip(reqs, self.pool.get_new_blocks(len(reqs)), strict=True):
             r.kv.blocks.append(b)
 
@@ -216,6 +229,10 @@ class PagedAllocator(KvCacheManager):
         used = self.usable_blocks - free
         internal = (used + pool.shared_excess) * B - computed_tokens
         return _breakdown((used * B - internal, 0, internal, self._null_slots, free * B))
+
+    def linear_breakdown(self) -> LinearBreakdown | None:
+        """:meth:`breakdown`'s constants (fork mode's exact fill is not linear)."""
+        return None if self.exact_fill else LinearBreakdown(self.block_size, self.usable_blocks, self._null_slots)
 
     def _exact_breakdown(self, live: Iterable[Request]) -> MemoryBreakdown:
         B = self.block_size

@@ -102,6 +102,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     # a paged pool's counters read directly (== kv.num_free_blocks, no call)
     fq = blocks.pool.free_queue if blocks is not None else None
     register = blocks.register_decoded_blocks if blocks is not None and caching else None
+    lin = blocks.linear_breakdown() if blocks is not None else None
+    usable, nulls = (lin.usable, lin.null_slots) if lin is not None else (0, 0)
     buckets: list[list[Request]] = [[] for _ in range(B)]
     c0_sum = pages = decoders = 0
     for r in running:
@@ -177,8 +179,14 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                     due = next_due() if quiet else due  # type: ignore[misc]
                 free_blocks = fq.size if fq is not None else kv.num_free_blocks
                 shared = pool.shared_excess if pool is not None else kv.shared_excess
+                comp = ctx - decoders if lag else ctx  # token states held when the record is taken
+                if lin is not None:  # KvAllocator.breakdown, inline (sim/kv/base.py LinearBreakdown)
+                    used = usable - free_blocks
+                    internal = (used + shared) * B - comp
+                    tok, res, ext, free = used * B - internal, 0, nulls, free_blocks * B
+                else:
+                    tok, res, internal, ext, free = breakdown(running, comp, waiting=head)
                 if lag:  # step s lands (no frees), then step s1 is launched
-                    tok, res, internal, ext, free = breakdown(running, ctx - decoders, waiting=head)
                     log_row(record((k.step, p_start, p_dt, len(running), qnw, p_batch.prefill_tokens,
                                     p_batch.num_decode_seqs, p_plan.num_preempted, free_blocks, tok, res,
                                     internal, ext, free, shared, p_plan.swap_out_blocks, p_plan.swap_in_blocks)))
@@ -186,7 +194,6 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                     p_plan, p_dt, p_start = NO_PLAN, dt, t
                     p_batch = new_batch((0, 0, 0.0, 0, decoders, ctx, pages, page, 0, 0, bb))
                 else:  # step s1 is launched and lands
-                    tok, res, internal, ext, free = breakdown(running, ctx, waiting=head)
                     log_row(record((k.step, t, dt, len(running), qnw, 0, decoders, 0, free_blocks, tok, res,
                                     internal, ext, free, shared, 0, 0)))
                     k.busy_s += dt
