@@ -15,12 +15,12 @@ options, ``name[:key=value,...]``::
 
 **Live routing keeps fast-forward.** The router wakes at each arrival instant ``t`` with an
 *urgent* SimPy event, so it acts before any replica event at ``t`` (a step ending exactly at
-``t`` has not landed yet: the router sees the replica as it is at ``t``, left limit). Every
-replica's fast-forward window ends before the router's next arrival and never completes a step
-that ends at or after it: that step is planned in the window and run by the exact loop
-(``StepKernel.pending``; under async scheduling the window hands back the step in flight). At
-``t`` every replica is therefore inside an exactly stepped step or idle, in the same state as
-with ``--exact-steps``, and the decisions -- hence all outputs -- are bit-identical (tested).
+``t`` has not landed yet: the router sees the replica as it is at ``t``, left limit). A
+replica's fast-forward window never completes a step that ends at or after the router's next
+arrival unseen: it waits there, in the state the exact loop would be in at ``t`` (its
+decoders' counts made real, or their sum corrected), on the router's :meth:`Router.routed`
+event, and goes on once the router has routed (:mod:`sim.engine.fastforward.pause`). The
+decisions -- hence all outputs -- are bit-identical to ``--exact-steps`` (tested).
 """
 
 from __future__ import annotations
