@@ -140,3 +140,24 @@ def test_cli_summary_only_and_stream(tmp_path: Path) -> None:
     assert summary("lean") == summary("full") == summary("streamed")
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "streamed" / "requests.parquet"),
                                   pd.read_parquet(tmp_path / "full" / "requests.parquet"), check_exact=True)
+
+
+def test_a_long_window_still_drains_its_records(bundled_trace: Trace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A streamed run holds at most a chunk plus PROGRESS_EVERY step records, even when one
+    fast-forward window spans many chunks (the default config on the slice: few, long ones)."""
+    import sim.engine.fastforward.window as window
+
+    monkeypatch.setattr(stream, "CHUNK", 64)
+    monkeypatch.setattr(window, "PROGRESS_EVERY", 128)
+    seen: list[int] = []
+    drain = stream.StepSink.maybe_drain
+
+    def watch(self: stream.StepSink, log: StepLog) -> None:
+        seen.append(len(log.rows))
+        drain(self, log)
+
+    monkeypatch.setattr(stream.StepSink, "maybe_drain", watch)
+    res = simulate(make_config(max_model_len=8192), bundled_trace, summary_only=True)
+    exact = res.summary.num_steps - res.summary.fast_forward_steps  # about one per window
+    assert res.summary.num_steps > 4 * (64 + 128) * max(exact, 1), "no long window: proves nothing"
+    assert max(seen) <= 64 + 128

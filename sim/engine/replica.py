@@ -57,6 +57,8 @@ class Replica:
         self.reject = reject
         self.on_step = on_step
         self.on_progress = on_progress  # after every step or fast-forward window (cheap)
+        if on_progress is not None:  # ... and every few thousand steps inside a window
+            kernel.progress = lambda: on_progress(self)
         self.rejected: list[Request] = []
         self._inbox: list[Request] = []     # submitted requests, in arrival order
         self._cursor = 0

@@ -15,6 +15,7 @@ step's :meth:`StepKernel.launch` (batch, duration, update) and its :meth:`StepKe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sim.cost import StepBatch, StepCostModel
@@ -52,6 +53,7 @@ class StepKernel:
     page_size: int = 0                 # StepBatch.block_size: tokens per page, 0 = contiguous
     pending: StepPlan | None = None    # a step fast-forward planned for the exact loop to run
     virtual_tokens: int = 0            # a paused window: computed tokens its virtual counts lack
+    progress: Callable[[], None] | None = None  # the replica's on_progress, for long windows
     decode_blocks: DecodeBlocks | None = None  # the allocator's bulk-decode view (None: a slab)
     caching: bool = False              # prefix caching on a paged pool (decoded blocks are hashed)
     _decode: dict[int, DecodeTime] = field(default_factory=dict)  # decoders -> decode_time(...)

@@ -50,6 +50,7 @@ Pull = Callable[[float], None]          # take in the arrivals due at a time
 NextArrival = Callable[[], float]       # a router's next possible submission
 NO_PLAN = StepPlan()  # a window step that admitted nothing (read only: its record's zero counts)
 NONE: list[Request] = []  # no request finishes in this step (read only)
+PROGRESS_EVERY = 2048  # records a window appends between calls of the replica's progress hook
 
 
 Window = Generator[float, None, tuple[float, InFlight | None]]
@@ -67,14 +68,11 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
 
     ``pull_due(t)`` admits the arrivals due by ``t``; ``next_due()`` (the replica's next own
     arrival) lets quiet steps skip the admission pass. ``next_arrival`` is a live router's next
-    arrival, when it reads the replica: no step may end at or after it unseen. Pausable, the
-    window waits there; else, sync, the step is planned and handed to the exact loop as
-    ``k.pending`` (as ``sched.schedule`` would have planned it), and async the window stops
-    before planning while the step in flight ends at or after it.
+    arrival (it reads the replica then): pausable, the window waits there; else, sync, the step
+    is handed to the exact loop as ``k.pending``, and async the window stops before planning.
 
     Not in bulk: paper-v0's prefill-only steps, swapped requests waiting, and speculative
-    decoding (a decode advances by its accepted drafts, 1 to K + 1 tokens a step, so decoders
-    do not move in lockstep and the ``c0 mod B`` buckets below do not apply).
+    decoding (decoders advance by their accepted drafts, not in lockstep).
     """
     if False:
         yield 0.0  # a generator even when it returns at once
@@ -134,9 +132,13 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     else:
         p_plan, p_batch, p_dt, p_start = NO_PLAN, new_batch((0,) * 11), 0.0, t
     partial: set[int] = {part.uid} if part is not None else set()  # chunked prefills (real counts)
-    s = 0
+    s, rows, progress = 0, k.log.rows, k.progress
+    cap = PROGRESS_EVERY if progress is not None else math.inf  # records before the next progress call
     while decoders:
         s1 = s + 1
+        if len(rows) >= cap:  # a long window still drains its records (streamed runs: bounded memory)
+            progress()  # type: ignore[misc]
+            cap = len(rows) + PROGRESS_EVERY
         bucket = buckets[s1 % B] if paged else []
         if len(bucket) > (fq.size if fq is not None else kv.num_free_blocks) or decoders > max_batched:
             break  # this step could preempt, or not every decoder fits the budget: go exact
