@@ -25,7 +25,7 @@ from sim.sched.preemption import Recompute
 from sim.sched.queues import FcfsQueue, WaitQueue
 from sim.sched.spec_decode import SpecDecode
 from sim.sched.transfers import Transfers
-from sim.sched.waiting_pass import admit
+from sim.sched.waiting_pass import admit, admits_nothing
 
 
 class Scheduler:
@@ -213,6 +213,8 @@ class Scheduler:
     #: admit waiting requests in queue order until one does not fit (head-of-line); a plain
     #: function bound as the method, so the call costs no extra frame (:mod:`sim.sched.waiting_pass`)
     admit = admit
+    #: the waiting pass can admit nothing while its head and the free blocks stay as they are
+    admits_nothing = admits_nothing
 
     def kv_holders(self) -> list[Request]:
         """Every request holding KV blocks (for ``kv.check``): the running ones, plus any a KV

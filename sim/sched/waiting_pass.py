@@ -100,6 +100,16 @@ def admit(sched: Scheduler, plan: StepPlan, budget: int, now: float, step: int) 
         waiting.prepend(r)
 
 
+def admits_nothing(sched: Scheduler, head: Request | None, budget: int) -> bool:
+    """True when :func:`admit` would admit nothing now, nor on later steps while the head stays
+    the same and the free blocks do not grow: its guards (a waiting head, a running slot, token
+    budget) and its head-of-line :meth:`Admission.hopeless` test, which depends only on the head
+    and the free blocks (fast-forward's quiet steps then skip the pass)."""
+    if head is None or budget <= 0 or len(sched.running) >= sched.max_num_seqs:
+        return True
+    return sched.admission.hopeless(sched.kv, head, True)
+
+
 def count_hit(sched: Scheduler, r: Request, hit: PrefixHit) -> None:
     """Prefix-cache accounting, once per admission (vllm-v1-semantics.md s4.7)."""
     st = sched.stats

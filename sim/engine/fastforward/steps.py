@@ -1,7 +1,6 @@
 """What a fast-forward window step does around the decoder arithmetic of
 :mod:`sim.engine.fastforward.window`: land a step (free its finished requests, append its
-record), and tell whether the scheduler's admission pass can admit anything (a *quiet* step
-skips it)."""
+record)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from sim.engine.step import StepKernel
 from sim.io.records import record_from_tuple as record
 from sim.request import Request
 from sim.sched.plan import StepPlan
-from sim.sched.scheduler import Scheduler
 
 
 def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
@@ -36,12 +34,3 @@ def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
     k.step += 1
     k.ff_steps += 1
 
-
-def no_admission(sched: Scheduler, head: Request | None, budget: int) -> bool:
-    """True when the scheduler's admission pass could admit nothing now, nor on later steps
-    while the head stays the same and the free blocks do not grow: the guards of
-    ``Scheduler.admit`` (a waiting head, a running slot, token budget) and its head-of-line
-    ``Admission.hopeless`` test, which depends only on the head and the free blocks."""
-    if head is None or budget <= 0 or len(sched.running) >= sched.max_num_seqs:
-        return True
-    return sched.admission.hopeless(sched.kv, head, True)

@@ -10,7 +10,7 @@ count they would have had at the start of the window) and are bucketed by ``c0 m
                           its last block fills      iff (c0 + s) % B == 0
 
 so a step costs O(requests with an event), not O(batch). Most steps are *quiet*: nothing
-finishes or is freed, and admission can admit nothing (``steps.no_admission``); a quiet step
+finishes or is freed, and admission can admit nothing (``Scheduler.admits_nothing``); a quiet step
 skips the admission pass and times its decodes with ``StepKernel.decode_time``
 (:mod:`sim.cost.bulk`). Admissions run through the scheduler's own admission pass on the real
 (eagerly updated) block pool; a request whose prefill completes joins the decoders, and one
@@ -39,7 +39,7 @@ from sim.engine.fastforward.decoders import by_seq, join, leave, uids
 from sim.engine.fastforward.handover import close, hand_over
 from sim.engine.fastforward.ordering import Order
 from sim.engine.fastforward.pause import pause
-from sim.engine.fastforward.steps import land, no_admission
+from sim.engine.fastforward.steps import land
 from sim.engine.step import InFlight, StepKernel
 from sim.io.records import record_from_tuple as record
 from sim.request import Request
@@ -157,7 +157,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             if held is None:
                 qnw = sched.num_waiting
                 head = sched.waiting.peek() if qnw else None
-                held = no_admission(sched, head, max_batched - decoders)
+                held = sched.admits_nothing(head, max_batched - decoders)
             if held:
                 if bucket:
                     append_block(bucket)  # type: ignore[misc]
