@@ -6,9 +6,9 @@ reaches a step straddling ``t`` used to end there: the decoders got their real t
 window started -- for every replica, at every arrival, although only one replica receives the
 request. A *pausable* window (:func:`pause`) instead stops where the exact loop would be at
 ``t`` (sync: step ``s + 1`` planned, not landed; async: step ``s`` in flight, step ``s + 1``
-planned), gives the decoders their real counts, and yields ``t``; the replica sleeps until
-``t`` (the router acts first: its wake-up is urgent), the counts go back to their virtual
-start, and the window goes on. A request the router hands this replica meanwhile waits in the
+planned), gives the decoders their real counts, and yields ``t``; the replica waits on the
+router's ``routed`` event (fired once the router, which acts first at ``t``, has routed), the
+counts go back to their virtual start, and the window goes on. A request the router hands this replica meanwhile waits in the
 inbox and is pulled by the window's next plan, as the exact loop would pull it::
 
     exact   | step s | step s+1 ......|.....| step s+2 (pulls r) |
