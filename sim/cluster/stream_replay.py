@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.cluster.router import STATIC, Router, RouterState, parse_router, policy
+from sim.cluster.router import Router, RouterState, parse_router
 from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
@@ -53,7 +53,8 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
     """Replay ``trace`` through one replica per config behind ``router``, in bounded memory."""
     if not cfgs:
         raise ConfigError("a fleet needs at least one replica")
-    choose = policy(router)
+    spec = parse_router(router)
+    choose = spec.make()
     env = simpy.Environment()
     # a tuple per step costs ~400 bytes until drained: the replicas share one chunk's worth
     chunk = max(2048, stream.CHUNK // len(cfgs))
@@ -66,7 +67,7 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
     reps: list[Replica] = [new_replica(env, cfg, on_progress=drainer(s)) for cfg, s in zip(cfgs, sinks, strict=True)]
     reqs = make_requests(trace, cfgs[0])
     state = RouterState([1.0] * len(cfgs), cfgs[0].block_size)
-    if router in STATIC or len(reps) == 1:
+    if spec.static or len(reps) == 1:
         assigned = np.empty(len(reqs), dtype=np.int64)
         for r in reqs:
             k = 0 if len(reps) == 1 else choose(r, reps, state)
@@ -74,9 +75,8 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
             reps[k].submit(r)
     else:
         rt = Router(env, reps, reqs, choose, state)
-        counts = parse_router(router).reads_request_counts
         for rep in reps:  # live routing keeps fast-forward (windows wait for the router)
-            rep.follow_router(rt.next_arrival, routed=rt.routed, real_counts=counts)
+            rep.follow_router(rt.next_arrival, routed=rt.routed, real_counts=spec.reads_request_counts)
         assigned = rt.assigned
     env.run()
     stats = tuple(s.close(rep.log, rep.kv.paged) for s, rep in zip(sinks, reps, strict=True))

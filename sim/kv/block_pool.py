@@ -133,12 +133,7 @@ class BlockPool:
         b = nxt[head]
         key = self.block_hash[b]
         if key is not None:
-            if not self.dups and self.cache.get(key) == b:
-                self.block_hash[b] = None
-                del self.cache[key]
-                self.evictions += 1
-            else:
-                self._evict(b, key)
+            self._evict(b, key)
         self.ref[b] = 1
         after = nxt[b]
         nxt[head] = after

@@ -126,18 +126,18 @@ class PagedAllocator(KvCacheManager):
             return
         pool = self.pool
         blocks, bh, cache = table.blocks, pool.block_hash, pool.cache
+        unique0 = -(req.uid * UNIQUE_BASE + 1)  # unique_key(uid, j) == unique0 - j
         if not j0 and req.content is None and not req.num_preemptions and type(cache) is dict and not pool.stack:
             # a first admission without content: fresh blocks (popped ones are evicted, except
             # paper-v0's stack order), keys this pool has never seen (unique to the request), so
             # no duplicate and no hit to skip -- in bulk
-            keys = range(-(req.uid * UNIQUE_BASE + 1), -(req.uid * UNIQUE_BASE + 1) - full, -1)
+            keys = range(unique0, unique0 - full, -1)
             fresh = blocks[:full]
             cache.update(zip(keys, fresh, strict=True))
             for b, key in zip(fresh, keys, strict=True):
                 bh[b] = key
             return
         shared_upto = shared_prefix_blocks(req, self.block_size)
-        unique0 = -(req.uid * UNIQUE_BASE + 1)  # unique_key(uid, j) == unique0 - j
         for j in range(j0, full):
             b = blocks[j]
             if bh[b] is None:  # == pool.cache_block(b, key), inlined (prompt registration)

@@ -25,7 +25,7 @@ from sim.sched.preemption import Recompute
 from sim.sched.queues import FcfsQueue, WaitQueue
 from sim.sched.spec_decode import SpecDecode
 from sim.sched.transfers import Transfers
-from sim.sched.waiting_pass import admit, admits_nothing
+from sim.sched.waiting_pass import admit, admits_nothing, long_prefill_cap
 
 
 class Scheduler:
@@ -181,9 +181,7 @@ class Scheduler:
         """Tokens the running pass gives a request with ``n`` still to compute and ``budget``
         left: vLLM's ``long_prefill_token_threshold`` (when more than one request is in the
         system), then the budget (fast-forward continues a chunked prefill with it)."""
-        thr = self.threshold
-        if 0 < thr < n and (len(self.running) + self.num_waiting) > 1:
-            n = thr
+        n = long_prefill_cap(self, n)
         return n if n < budget else budget
 
     def _grow(self, r: Request, n: int) -> bool:

@@ -62,9 +62,7 @@ def admit(sched: Scheduler, plan: StepPlan, budget: int, now: float, step: int) 
         if adm.hopeless(kv, r, bool(running)):
             break  # decided without probing the prefix cache
         hit = probe(kv, conn, r)
-        n = r.num_tokens - hit.tokens
-        if 0 < sched.threshold < n and (len(running) + sched.num_waiting) > 1:
-            n = sched.threshold
+        n = long_prefill_cap(sched, r.num_tokens - hit.tokens)
         if not sched.chunked_prefill and n > budget:
             break
         n = min(n, budget)
@@ -98,6 +96,15 @@ def admit(sched: Scheduler, plan: StepPlan, budget: int, now: float, step: int) 
         budget -= n
     for r in reversed(skipped):
         waiting.prepend(r)
+
+
+def long_prefill_cap(sched: Scheduler, n: int) -> int:
+    """vLLM's ``long_prefill_token_threshold``: at most that many of ``n`` tokens a step, when
+    more than one request is in the system (the running pass and the waiting pass alike)."""
+    thr = sched.threshold
+    if 0 < thr < n and (len(sched.running) + sched.num_waiting) > 1:
+        return thr
+    return n
 
 
 def admits_nothing(sched: Scheduler, head: Request | None, budget: int) -> bool:

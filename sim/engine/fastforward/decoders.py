@@ -34,6 +34,15 @@ def leave(r: Request, buckets: list[list[Request]], paged: bool) -> int:
     return len(r.kv.blocks)
 
 
+def shift(reqs: list[Request], s: int) -> None:
+    """Move each request's counts by ``s`` steps: ``+s`` from a window's virtual start to the
+    real counts, ``-s`` back."""
+    for r in reqs:
+        r.num_computed_tokens += s
+        r.num_output += s
+        r.num_tokens += s
+
+
 def by_seq(r: Request) -> int:
     """Sort key: running order (``Request.seq``), the order ``Scheduler.update`` finishes in."""
     return r.seq

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from sim.cost import StepBatch
+from sim.engine.fastforward.decoders import shift, uids
 from sim.engine.fastforward.steps import land
 from sim.engine.step import InFlight, StepKernel
 from sim.request import Request
@@ -17,12 +18,8 @@ def hand_over(k: StepKernel, running: list[Request], s: int, plan: StepPlan | No
     """Sync: step ``s + 1`` is planned (blocks appended, admissions made) but would end at or
     after the router's next arrival. Every decoder gets its real counts after ``s`` window
     steps, and the step is left to the exact loop as ``k.pending``."""
-    real = {r.uid for r, _ in plan.scheduled} if plan is not None else set()
-    for r in running:
-        if r.uid not in real:
-            r.num_computed_tokens += s
-            r.num_output += s
-            r.num_tokens += s
+    real = uids(plan)
+    shift([r for r in running if r.uid not in real], s)
     k.pending = _pending_plan(running, plan)
 
 
@@ -43,11 +40,7 @@ def close(k: StepKernel, lag: int, running: list[Request], s: int, real: Collect
     the step in flight goes back to the exact loop (its plan lists every running request: the
     exact loop's ``output`` reads only who had a token in flight); sync: a step left landing
     (more than one chunked prefill remains) lands with every count real."""
-    for r in running:
-        if r.uid not in real:
-            r.num_computed_tokens += s
-            r.num_output += s
-            r.num_tokens += s
+    shift([r for r in running if r.uid not in real], s)
     if lag:
         return p_start, InFlight(StepPlan(scheduled=[(r, 1) for r in running],
                                           swap_in_blocks=p_plan.swap_in_blocks), p_batch, p_dt, p_start, p_done)

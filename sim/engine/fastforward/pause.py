@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Generator
 
+from sim.engine.fastforward.decoders import shift
 from sim.engine.step import StepKernel
 from sim.request import Request
 
@@ -46,15 +47,9 @@ def pause(k: StepKernel, running: list[Request], s: int, real: Collection[int], 
         k.virtual_tokens = 0
         return na
     held = [r for r in running if r.uid not in real] if s else []
-    for r in held:
-        r.num_computed_tokens += s
-        r.num_output += s
-        r.num_tokens += s
+    shift(held, s)
     while end >= na:
         yield na
         na = next_arrival()
-    for r in held:
-        r.num_computed_tokens -= s
-        r.num_output -= s
-        r.num_tokens -= s
+    shift(held, -s)
     return na
