@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.sweep import TIMING_COLUMNS, expand, run_sweep
+from sim.sweep import PROVENANCE_COLUMNS, TIMING_COLUMNS, expand, run_sweep
 
 pytestmark = pytest.mark.ray
 if os.environ.get("REQUIRE_RAY") != "1":
@@ -51,7 +51,7 @@ def local_table(small_trace: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def _comparable(df: pd.DataFrame) -> pd.DataFrame:
-    return df.drop(columns=list(TIMING_COLUMNS)).sort_values("key").reset_index(drop=True)
+    return df.drop(columns=[*TIMING_COLUMNS, *PROVENANCE_COLUMNS], errors="ignore").sort_values("key").reset_index(drop=True)
 
 
 def _free_port() -> int:

@@ -11,7 +11,7 @@ import sim.run.static as static
 import sim.sweep.reuse as reuse
 from sim.config import make_config
 from sim.io.ingest import make_requests
-from sim.sweep import TIMING_COLUMNS, expand, run_point, run_sweep
+from sim.sweep import PROVENANCE_COLUMNS, TIMING_COLUMNS, expand, run_point, run_sweep
 from workloads import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def _rows(points: list, cold: bool) -> list[dict]:  # type: ignore[type-arg]
             reuse._ROWS.clear()
             static.clear()
         row = run_point(p)
-        out.append({k: v for k, v in row.items() if k not in TIMING_COLUMNS})
+        out.append({k: v for k, v in row.items() if k not in (*TIMING_COLUMNS, *PROVENANCE_COLUMNS)})
     return out
 
 

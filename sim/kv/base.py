@@ -34,6 +34,7 @@ from sim.request import Request
 if TYPE_CHECKING:
     from sim.kv.connector import KvConnector
     from sim.kv.layout import KvLayout
+    from sim.kv.margin import Margin
 
 
 class Sharing(Protocol):
@@ -156,6 +157,12 @@ class KvAllocator(Protocol):
     @property
     def connector(self) -> KvConnector | None:
         """External KV behind the prefix cache (:meth:`connect`); None: none."""
+        ...
+
+    @property
+    def headroom(self) -> Margin | None:
+        """The slack of every "blocks needed <= free blocks" decision so far
+        (:mod:`sim.kv.margin`); None: this pool does not record it."""
         ...
 
     def connect(self, connector: KvConnector) -> None:

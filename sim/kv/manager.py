@@ -28,6 +28,7 @@ from sim.kv.block_pool import BlockPool, PoolCounters
 from sim.kv.block_table import BlockTable
 from sim.kv.connector import KvConnector
 from sim.kv.hashing import BlockHasher
+from sim.kv.margin import Margin
 from sim.kv.window import KvGroup
 from sim.request import Request
 
@@ -50,6 +51,7 @@ class KvCacheManager(PoolCounters):
         self.enable_caching = enable_caching
         self.allocates_every_step = any(g.windowed for g in self.groups)
         self.connector: KvConnector | None = None
+        self.headroom: Margin | None = None  # the one-group PagedAllocator records it
 
     # ---- a request's tables (the subclass's handle) --------------------------------------------
     def group_tables(self, req: Request) -> list[BlockTable]:

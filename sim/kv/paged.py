@@ -22,6 +22,7 @@ from sim.kv.block_table import BlockTable, table_of
 from sim.kv.hashing import UNIQUE_BASE, shared_prefix_blocks
 from sim.kv.layout import PagedLayout
 from sim.kv.manager import KvCacheManager
+from sim.kv.margin import Margin
 from sim.kv.sharing import ForkSharing
 from sim.kv.window import KvGroup
 from sim.request import Request
@@ -49,6 +50,7 @@ class PagedAllocator(KvCacheManager):
         self._null_slots = (num_blocks - self.usable_blocks) * block_size
         self.sharing = ForkSharing(self)
         self.layout = PagedLayout(self)
+        self.headroom = self._margin = Margin()
 
     def group_tables(self, req: Request) -> list[BlockTable]:
         return [table_of(req)]
@@ -166,7 +168,7 @@ class PagedAllocator(KvCacheManager):
         slots = req.num_computed_tokens + nhit * self.block_size + num_new_tokens
         need = max(-(-slots // self.block_size) - held, 0)  # cdiv, inlined
         hit_free = self.pool.num_free_among(hits) if nhit else 0
-        if need + hit_free + reserve > self.pool.free_queue.size:
+        if not self._margin.note(self.pool.free_queue.size - need - hit_free - reserve):
             return -1
         return need
 

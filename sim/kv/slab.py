@@ -85,6 +85,7 @@ class SlabAllocator:
         # running totals over live chunks, so a breakdown is O(1)
         self._final = self._requested = self._chunk = 0
         self.layout = SlabLayout(self)
+        self.headroom = None  # a slab's fits are by slot ranges, not counts: not recorded
 
     def connect(self, connector: KvConnector) -> None:
         raise ValueError("a slab has no prefix cache: a KV connector needs --allocator paged")

@@ -38,7 +38,7 @@ from sim.io.summary import (
 )
 from sim.memory.budget import KvBudget
 from sim.request import Request
-from sim.run.build import build, new_replica
+from sim.run.build import Components, build, new_replica
 from sim.run.static import content_hash_of
 from sim.sched.plan import PrefixStats
 from workloads.schema import Trace
@@ -58,6 +58,7 @@ class SimResult:
     summary: Summary
     tables: str = "full"
     streamed: Path | None = None
+    counters: RunCounters | None = None  # what the summary read from the engine besides the tables
 
     def write(self, out: Path) -> Timings:
         """Write requests.parquet, steps.parquet (unless streamed or summary-only) and summary.json under ``out``."""
@@ -88,10 +89,20 @@ def _prefix(st: PrefixStats) -> PrefixCache:
                        st.preempted_queries, st.preempted_hits)
 
 
+def run_summary(cfg: SimConfig, parts: Components, requests_df: pd.DataFrame, stats: pd.DataFrame | StepStats,
+                counters: RunCounters, trace: Trace, load_s: float, sim_s: float) -> Summary:
+    """The run's :class:`Summary` from its tables (or folded step figures) and counters."""
+    return dataclasses.replace(
+        summarize(cfg, parts.budget, parts.cost, requests_df, stats, counters),
+        timings=Timings(round(load_s, 4), round(sim_s, 4), 0.0), kv_offload=kv_offload_of(parts.kv, counters.prefix),
+        trace=TraceInfo(trace.path, trace.format, trace.num_requests, content_hash_of(trace),
+                        trace.num_bad_rows, trace.notes))
+
+
 def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any = None,
              load_s: float = 0.0, on_step: Callable[[Replica], None] | None = None,
              requests: list[Request] | None = None, summary_only: bool = False,
-             stream_to: Path | None = None) -> SimResult:
+             stream_to: Path | None = None, on_build: Callable[[Components], None] | None = None) -> SimResult:
     """Run one replica over the trace. ``check=True`` verifies allocator invariants every step.
 
     ``on_step(replica)`` is called after every step that runs one at a time; fast-forwarded
@@ -101,9 +112,12 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
     :mod:`sim.sweep.reuse`); else made here. ``stream_to``: write requests.parquet and
     steps.parquet there by chunks, in bounded memory (:mod:`sim.io.stream`);
     ``summary_only``: keep no tables, only the summary (same figures as the full path).
+    ``on_build(parts)`` sees the replica's parts before it runs (:mod:`sim.sweep.derive`).
     """
     t0 = time.perf_counter()
     parts = build(cfg)
+    if on_build is not None:
+        on_build(parts)
     reqs = requests if requests is not None else make_requests(trace, cfg)
     env = simpy.Environment()
     kv, sched = parts.kv, parts.sched
@@ -138,10 +152,6 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
         if stream_to is not None:
             write_requests(reqs, stream_to / "requests.parquet")
         requests_df = request_columns(reqs)
-    summary = dataclasses.replace(
-        summarize(cfg, parts.budget, parts.cost, requests_df, stats, counters),
-        timings=Timings(round(load_s, 4), round(sim_s, 4), 0.0), kv_offload=kv_offload_of(kv, counters.prefix),
-        trace=TraceInfo(trace.path, trace.format, trace.num_requests, content_hash_of(trace),
-                        trace.num_bad_rows, trace.notes))
+    summary = run_summary(cfg, parts, requests_df, stats, counters, trace, load_s, sim_s)
     tables = "full" if sink is None else "streamed" if stream_to is not None else "summary"
-    return SimResult(cfg, parts.budget, parts.cost.name, requests_df, steps, summary, tables, stream_to)
+    return SimResult(cfg, parts.budget, parts.cost.name, requests_df, steps, summary, tables, stream_to, counters)

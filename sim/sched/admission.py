@@ -20,6 +20,13 @@ from sim.kv.base import KvAllocator
 from sim.request import Request
 
 
+def fits(kv: KvAllocator, need: int) -> bool:
+    """``need <= kv.num_free_blocks``, noted in the pool's :attr:`~KvAllocator.headroom`."""
+    slack = kv.num_free_blocks - need
+    margin = kv.headroom
+    return margin.note(slack) if margin is not None else slack >= 0
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     reserve_full_isl: bool = True
@@ -33,7 +40,7 @@ class Admission:
         """Allocate ``num_new_tokens`` (adopting ``hits``) if the rules allow; else change nothing.
         ``cache=False``: the blocks are for an asynchronous load (published when it arrives)."""
         wm = self.watermark_blocks if has_running else 0
-        if self.reserve_full_isl and kv.blocks_needed(req, req.num_tokens, hits) + wm > kv.num_free_blocks:
+        if self.reserve_full_isl and not fits(kv, kv.blocks_needed(req, req.num_tokens, hits) + wm):
             return False
         return kv.allocate(req, num_new_tokens, hits, reserve=wm, cache=cache)
 
@@ -48,8 +55,8 @@ class Admission:
         if not self.reserve_full_isl or req.content is not None:
             return False
         wm = self.watermark_blocks if has_running else 0
-        return kv.blocks_needed(req, req.num_tokens) + wm > kv.num_free_blocks
+        return not fits(kv, kv.blocks_needed(req, req.num_tokens) + wm)
 
     def may_resume(self, kv: KvAllocator, req: Request) -> bool:
         """Swap-in: the request's whole sequence plus the watermark must be free."""
-        return kv.blocks_needed(req, req.num_tokens) + self.watermark_blocks <= kv.num_free_blocks
+        return fits(kv, kv.blocks_needed(req, req.num_tokens) + self.watermark_blocks)

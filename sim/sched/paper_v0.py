@@ -34,6 +34,7 @@ class PaperV0Scheduler(Scheduler):
         if fork_cow and self.kv.sharing is None:
             raise ValueError("fork + copy-on-write needs an allocator that shares tables (--allocator paged)")
         self.fork_cow = fork_cow
+        self.seq_margin = None  # its prompt-only admission tests the cap its own way: not recorded
         self.rng = rng if rng is not None else np.random.default_rng(0)
 
     def add(self, req: Request) -> None:

@@ -17,6 +17,7 @@ passed in (:mod:`sim.sched.spec_decode`).
 from __future__ import annotations
 
 from sim.kv.base import KvAllocator
+from sim.kv.margin import Margin
 from sim.request import Request, Status
 from sim.sched.admission import Admission
 from sim.sched.plan import PrefixStats, StepPlan
@@ -63,6 +64,8 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.kv = kv
         self.max_num_seqs = max_num_seqs
+        #: slack of every "len(running) < max_num_seqs" admission test (sim/kv/margin.py)
+        self.seq_margin: Margin | None = Margin()
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: WaitQueue = queue if queue is not None else FcfsQueue()
         self.admission = admission if admission is not None else Admission()

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from sim.kv.base import KvAllocator
 from sim.kv.connector import PrefixHit
+from sim.kv.margin import Margin
 from sim.request import Request, Status
 from sim.sched.admission import Admission
 from sim.sched.plan import PrefixStats, StepPlan
@@ -30,6 +31,7 @@ class Scheduler(Protocol):
     transfers: Transfers
     stats: PrefixStats
     max_num_seqs: int
+    seq_margin: Margin | None
     threshold: int
     chunked_prefill: bool
 
@@ -51,10 +53,13 @@ def admit(sched: Scheduler, plan: StepPlan, budget: int, now: float, step: int) 
     xfer = sched.transfers
     conn = kv.connector
     skipped: list[Request] = []
-    while budget > 0 and len(running) < sched.max_num_seqs:
+    cap, seqs = sched.max_num_seqs - 1, sched.seq_margin
+    while budget > 0:
         r = waiting.peek()
         if r is None:
             break
+        if not (seqs.note(cap - len(running)) if seqs is not None else len(running) <= cap):
+            break  # no running slot (checked only when a request waits: the margin's comparisons)
         if r.status is REMOTE and not xfer.ready(r):
             skipped.append(waiting.pop())
             continue
@@ -112,7 +117,10 @@ def admits_nothing(sched: Scheduler, head: Request | None, budget: int) -> bool:
     the same and the free blocks do not grow: its guards (a waiting head, a running slot, token
     budget) and its head-of-line :meth:`Admission.hopeless` test, which depends only on the head
     and the free blocks (fast-forward's quiet steps then skip the pass)."""
-    if head is None or budget <= 0 or len(sched.running) >= sched.max_num_seqs:
+    if head is None or budget <= 0:
+        return True
+    seqs, slack = sched.seq_margin, sched.max_num_seqs - 1 - len(sched.running)
+    if not (seqs.note(slack) if seqs is not None else slack >= 0):
         return True
     return sched.admission.hopeless(sched.kv, head, True)
 

@@ -23,10 +23,10 @@ from sim.sweep.driver import PointFn, ProgressFn, SweepRun, run_sweep
 from sim.sweep.expansion import IRRELEVANT, expand
 from sim.sweep.grid import TRACE_KEY, load_grid_yaml, parse_sets
 from sim.sweep.point import Point, point_key
-from sim.sweep.row import TIMING_COLUMNS, failed_row
+from sim.sweep.row import PROVENANCE_COLUMNS, TIMING_COLUMNS, failed_row
 from sim.sweep.store import SweepStore
 from sim.sweep.worker import run_point
 
-__all__ = ["IRRELEVANT", "TIMING_COLUMNS", "TRACE_KEY", "Point", "PointFn", "ProgressFn",
+__all__ = ["IRRELEVANT", "PROVENANCE_COLUMNS", "TIMING_COLUMNS", "TRACE_KEY", "Point", "PointFn", "ProgressFn",
            "SweepRun", "SweepStore", "expand", "failed_row", "load_grid_yaml",
            "parse_sets", "point_key", "run_point", "run_sweep"]

@@ -8,7 +8,7 @@ workers on other machines may not have the file.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -18,10 +18,11 @@ import pandas as pd
 
 from sim.errors import ConfigError
 from sim.run.executor import BACKENDS, completed
+from sim.sweep.derive import class_key
 from sim.sweep.point import Point
 from sim.sweep.row import failed_row
 from sim.sweep.store import SweepStore
-from sim.sweep.worker import run_point
+from sim.sweep.worker import run_point, run_points
 from workloads import Trace, load_trace
 
 ProgressFn = Callable[[int, int, int], None]  # (done, total, failed)
@@ -35,6 +36,25 @@ class SweepRun:
     skipped: int
     ran: int
     failed: int
+
+
+def classes(points: list[Point], jobs: int) -> list[list[Point]]:
+    """Tasks of points that differ only in pool knobs (:func:`~sim.sweep.derive.class_key`), so
+    one worker derives them from one simulated base; split in halves while there are fewer
+    tasks than workers."""
+    by: dict[tuple[str, str], list[Point]] = {}
+    for p in points:
+        by.setdefault((p.trace_hash, class_key(p.config)), []).append(p)
+    tasks = list(by.values())
+    while len(tasks) < jobs and max(map(len, tasks), default=0) > 1:
+        big = max(tasks, key=len)
+        tasks.remove(big)
+        tasks += [big[::2], big[1::2]]
+    return tasks
+
+
+def _lost(task: list[Point], reason: str) -> list[dict[str, Any]]:
+    return [failed_row(p, reason) for p in task]
 
 
 def run_sweep(points: list[Point], out: Path, *, backend: str = "local", jobs: int = 1,
@@ -52,16 +72,17 @@ def run_sweep(points: list[Point], out: Path, *, backend: str = "local", jobs: i
     skipped = len(points) - len(todo)
     if backend == "ray":
         traces = {p.trace_hash: p.trace_path for p in todo}
-        rows = completed(ray_fn, todo, {h: load_trace(path) for h, path in traces.items()},
-                         key=attrgetter("trace_hash"), backend="ray", workers=jobs, address=address,
-                         max_retries=max_retries, lost=failed_row)
+        rows: Iterator[dict[str, Any]] = (row for _, row in completed(
+            ray_fn, todo, {h: load_trace(path) for h, path in traces.items()}, key=attrgetter("trace_hash"),
+            backend="ray", workers=jobs, address=address, max_retries=max_retries, lost=failed_row))
     else:
-        rows = completed(run_point, todo, backend="local", workers=jobs, max_retries=max_retries,
-                         start="spawn", lost=failed_row)
+        tasks = completed(run_points, classes(todo, jobs), backend="local", workers=jobs, max_retries=max_retries,
+                          start="spawn", lost=_lost)
+        rows = (row for _, task_rows in tasks for row in task_rows)  # a task: one class (derive.py)
     ran = failed = 0
     if progress:
         progress(0, len(todo), 0)
-    for _, row in rows:
+    for row in rows:
         store.append(row)
         ran += 1
         failed += row["status"] != "ok"

@@ -13,6 +13,10 @@ from sim.sweep.point import Point
 
 #: Columns that depend on wall-clock time (excluded when comparing backends).
 TIMING_COLUMNS = ("wall_s", "simulate_s")
+#: How a row was made: ``derived_from`` is the key of the simulated point it was derived from
+#: (:mod:`sim.sweep.derive`), "" when it was simulated itself. Excluded with the timings when
+#: comparing tables made different ways.
+PROVENANCE_COLUMNS = ("derived_from",)
 
 
 def row_head(p: Point) -> dict[str, Any]:

@@ -10,17 +10,18 @@ count they would have had at the start of the window) and are bucketed by ``c0 m
                           its last block fills      iff (c0 + s) % B == 0
 
 so a step costs O(requests with an event), not O(batch). Most steps are *quiet*: nothing
-finishes or is freed, and admission can admit nothing (``Scheduler.admits_nothing``); a quiet step
-skips the admission pass and times its decodes with ``StepKernel.decode_time``
+finishes or is freed, and admission can admit nothing (``Scheduler.admits_nothing``); a quiet
+step skips the admission pass and times its decodes with ``StepKernel.decode_time``
 (:mod:`sim.cost.bulk`). Admissions run through the scheduler's own admission pass on the real
 (eagerly updated) block pool; a request whose prefill completes joins the decoders, and one
-chunked prefill is carried on (:mod:`sim.engine.fastforward.chunked`). The window ends before
-a step that could preempt or whose budget cannot cover every decoder, and after one that
-leaves two chunked prefills. Decoders are also bucketed by the step that samples their last
-token, and leave then, finished as ``Scheduler.update`` does (running order, ``Request.seq``).
-A live router's arrivals pause the window (:mod:`sim.engine.fastforward.pause`). One window
-serves sync and async scheduling (:mod:`sim.engine.fastforward.ordering`); async, it starts
-from and hands back the exact loop's :class:`~sim.engine.step.InFlight` step.
+chunked prefill is carried on (:mod:`sim.engine.fastforward.chunked`). The window ends before a
+step that could preempt or whose budget cannot cover every decoder, and after one that leaves
+two chunked prefills. Decoders are also bucketed by the step that samples their last token,
+and leave then, finished as ``Scheduler.update`` does (running order, ``Request.seq``). A live
+router's arrivals pause the window (:mod:`sim.engine.fastforward.pause`). One window serves
+sync and async scheduling (:mod:`sim.engine.fastforward.ordering`); async, it starts from and
+hands back the exact loop's :class:`~sim.engine.step.InFlight` step. Capacity tests note their
+slack in the pool's and the scheduler's :class:`~sim.kv.margin.Margin`, as exact steps do.
 
 Everything the exact path computes -- block ids and their order, hash registrations,
 StepBatch integers, float sums of step times, per-step records -- is computed here in the
@@ -91,14 +92,15 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             real_counts: bool, part: Request | None) -> Window:
     sched, kv = k.sched, k.kv
     running = sched.running
-    max_batched, max_seqs = sched.max_num_batched_tokens, sched.max_num_seqs
+    max_batched, max_seqs, seqs = sched.max_num_batched_tokens, sched.max_num_seqs, sched.seq_margin
     fin: dict[int, list[Request]] = {}  # window step -> requests whose last token it samples
     blocks = k.decode_blocks  # None: a slab, no blocks to hand out mid-window
     paged = blocks is not None
     B, page, caching = kv.block_size, k.page_size, k.caching
     append_block = blocks.append_block if blocks is not None else None
-    # a paged pool's counters read directly (== kv.num_free_blocks, no call)
-    fq = blocks.pool.free_queue if blocks is not None else None
+    pool = blocks.pool if blocks is not None else None
+    fq = pool.free_queue if pool is not None else None  # read directly (== kv.num_free_blocks)
+    margin = kv.headroom  # the decoders' block checks, noted as their allocations would be
     register = blocks.register_decoded_blocks if blocks is not None and caching else None
     lin = blocks.linear_breakdown() if blocks is not None else None
     usable, nulls = (lin.usable, lin.null_slots) if lin is not None else (0, 0)
@@ -111,20 +113,15 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         c0_sum += r.num_computed_tokens
         decoders += 1
         pages += join(r, left, fin, buckets, paged)
-    step_cost, bb = k.cost.step_time, k.block_bytes
-    breakdown, log_row = kv.breakdown, k.log.append
-    pool = blocks.pool if blocks is not None else None
+    step_cost, bb, breakdown, log_row = k.cost.step_time, k.block_bytes, kv.breakdown, k.log.append
     # quiet steps (module docstring) need the next arrival of the replica's own inbox
-    quiet = next_due is not None
-    due = next_due() if next_due is not None else 0.0
+    quiet, due = next_due is not None, next_due() if next_due is not None else 0.0
     held: bool | None = None  # True: no admission can run until a pull or a non-quiet step
     head: Request | None = None
-    qnw = 0
+    qnw, s, rows, progress = 0, 0, k.log.rows, k.progress
     dec_time, dec_n = k.decode_time(decoders), decoders
     na = next_arrival() if next_arrival is not None else math.inf  # no submission until the window ends
-    # the step launched but not landed (p_*): async starts with f in flight
-    landing = f is not None
-    p_done: list[Request] = NONE
+    landing, p_done = f is not None, NONE  # the step launched, not landed (p_*): async starts with f
     if f is not None:
         p_plan, p_batch, p_dt, p_start = f.plan, f.batch, f.dt, f.start
         p_done = f.done if f.done is not None else NONE  # an async launch has sampled
@@ -132,7 +129,6 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     else:
         p_plan, p_batch, p_dt, p_start = NO_PLAN, new_batch((0,) * 11), 0.0, t
     partial: set[int] = {part.uid} if part is not None else set()  # chunked prefills (real counts)
-    s, rows, progress = 0, k.log.rows, k.progress
     cap = PROGRESS_EVERY if progress is not None else math.inf  # records before the next progress call
     while decoders:
         s1 = s + 1
@@ -140,8 +136,11 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             progress()  # type: ignore[misc]
             cap = len(rows) + PROGRESS_EVERY
         bucket = buckets[s1 % B] if paged else []
-        if len(bucket) > (fq.size if fq is not None else kv.num_free_blocks) or decoders > max_batched:
+        slack = (fq.size if fq is not None else kv.num_free_blocks) - len(bucket)
+        if slack < 0 or decoders > max_batched:
             break  # this step could preempt, or not every decoder fits the budget: go exact
+        if bucket and margin is not None and slack < margin.pass_min:
+            margin.pass_min = slack  # the decoders' block checks (== margin.note), inline
         plan_t = p_start if lag else t  # async: planned while the step in flight runs
         if t >= na and not (lag and pausable):  # (async, pausable: it waits after the plan below)
             # sync: a router may submit before this step starts; async: the step in flight ends at
@@ -230,7 +229,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             plan = StepPlan(scheduled=[(part, n_part)])
             partial.discard(part.uid)
         nw = sched.num_waiting
-        if nw and len(running) < max_seqs:
+        if nw and (seqs.note(max_seqs - 1 - len(running)) if seqs is not None else len(running) < max_seqs):
             adm = plan if plan is not None else StepPlan()
             sched.admit(adm, max_batched - decoders - n_part, plan_t, k.step + lag)
             if adm.scheduled:
