@@ -7,7 +7,9 @@ max_num_seqs {64, 128, 256, 384, 512} x max_num_batched_tokens {2048 .. 32768} (
 over the default configuration (Llama-3.1-8B on H100, calibrated cost model). ``--points N``
 takes the first N of a seeded shuffle of that grid, so a smaller run samples all of it.
 Wall time includes worker start-up (spawn), trace loading in each worker and the Parquet
-writes. Prints points/minute, the per-point split (simulation vs the rest), workers and date.
+writes. Points that differ only in pool knobs and whose capacity decisions cannot differ are
+derived from one simulated point (:mod:`sim.sweep.derive`): prints how many were simulated and
+derived, points/minute, workers and date.
 """
 
 from __future__ import annotations
@@ -61,8 +63,11 @@ def main() -> None:
     print(f"date {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores; jobs={args.jobs}")
     print(f"trace {args.trace.name}: {int(ok['num_requests'].iloc[0]):,} requests per point; "
           f"{len(pts)} points, {run.failed} failed; planning the grid {plan_s:.1f} s")
-    print(f"per point (mean): wall {ok['wall_s'].mean():.2f} s, of which simulate "
-          f"{ok['simulate_s'].mean():.2f} s (rest: summary, row)")
+    derived = ok["derived_from"].fillna("").astype(bool) if "derived_from" in ok else ok["key"].isna()
+    sim, der = ok[~derived], ok[derived]
+    print(f"simulated {len(sim)} points (mean wall {sim['wall_s'].mean():.2f} s, simulate "
+          f"{sim['simulate_s'].mean():.2f} s); derived {len(der)} from them (sim/sweep/derive.py"
+          + (f", mean wall {der['wall_s'].mean():.3f} s)" if len(der) else ")"))
     print(f"total {wall:.1f} s ({wall / 60:.1f} min) -> {60 * len(pts) / wall:.1f} points/minute; "
           f"1,000 points would take {1000 * wall / len(pts) / 60:.1f} min (target <= 10 min)")
 

@@ -72,9 +72,9 @@ def test_sink_empties_the_log_in_place_and_keeps_its_append() -> None:
     for i in range(10):
         append(StepRecord(i, 0.01 * i, 0.01, 1, 0, 5, 0, 0, 10, 5, 0, 11 + i, 0, 144 - i, 0, 0, 0))
         sink.maybe_drain(log)
-        assert len(log.rows) < 4
+        assert len(log) < 4
     stats = sink.close(log, paged=True)
-    assert stats.num_steps == 10 and not log.rows
+    assert stats.num_steps == 10 and not len(log)
     assert stats.held_slots_peak == 5 + 11 + 9
 
 
@@ -153,7 +153,7 @@ def test_a_long_window_still_drains_its_records(bundled_trace: Trace, monkeypatc
     drain = stream.StepSink.maybe_drain
 
     def watch(self: stream.StepSink, log: StepLog) -> None:
-        seen.append(len(log.rows))
+        seen.append(len(log))
         drain(self, log)
 
     monkeypatch.setattr(stream.StepSink, "maybe_drain", watch)

@@ -20,9 +20,8 @@ shapes here, and the token-count-dependent dense part is memoised per token coun
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from sim.cost.batch import CostBasis, StepBatch
+from sim.cost.bulk import DecodeTerms
 from sim.cost.labels import basis_of_terms, labels_of
 from sim.cost.moe import MoeCost, build_moe, moe_inactive_params, moe_layers
 from sim.cost.roofline import allreduce_time
@@ -204,11 +203,11 @@ class CalibratedCost:
             return t + sched
         return t if t > sched else sched
 
-    def decode_step_time(self, seqs: int, block_size: int) -> Callable[[int, int], float]:
-        """:meth:`step_time` of a decode-only step of ``seqs`` sequences as a function of its
+    def decode_terms(self, seqs: int, block_size: int) -> DecodeTerms:
+        """:meth:`step_time` of a decode-only step of ``seqs`` sequences, folded but for its
         context tokens and pages (fast-forward, :mod:`sim.cost.bulk`): the terms that do not
-        depend on them folded once, the rest the same float operations in the same order as
-        :meth:`kernel_parts`, :meth:`busy_time` and :meth:`step_time`."""
+        depend on them, in the order :meth:`kernel_parts`, :meth:`busy_time` and
+        :meth:`step_time` use them."""
         fn = self._fn.get(seqs)
         if fn is None:
             fn = self._n_part(seqs)
@@ -217,28 +216,16 @@ class CalibratedCost:
             fs = self._s_part(seqs)
         a0, a_seq, a_row, a_kv, a_fl, a_pg = self._attn if block_size > 0 else self._slab
         f0 = self._fixed
-        head = a_seq * seqs + a_row * seqs  # kernel_parts' attention, first two terms (n == seqs)
-        if block_size <= 0:
-            a_pg = 0.0  # kernel_parts adds 0.0 for a contiguous KV (0.0 * pages == 0.0)
-        dense = self._eta * f0 + self._eta_tok * (fn + fs + a0 - f0)  # busy_time, first two terms
-        eta_attn = self._eta_attn
         t_r = self._roof[1] * seqs
-        roof = t_r if t_r > self._roof[0] else self._roof[0]
-        floor, tail = self._floor, self._cpu + self._per_seq * seqs
-        sched, is_async = self._sched[0] + self._sched[1] * seqs, self._async
-
-        def time(ctx: int, pages: int) -> float:
-            t = dense + eta_attn * (head + a_kv * ctx + a_fl * (0.0 + ctx) + a_pg * pages)
-            if t < roof:
-                t = roof
-            if t < floor:
-                t = floor
-            t += tail
-            if not is_async:
-                return t + sched
-            return t if t > sched else sched
-
-        return time
+        return DecodeTerms(
+            dense=self._eta * f0 + self._eta_tok * (fn + fs + a0 - f0),  # busy_time, first two terms
+            eta_attn=self._eta_attn,
+            head=a_seq * seqs + a_row * seqs,  # kernel_parts' attention, first two terms (n == seqs)
+            a_kv=a_kv, a_fl=a_fl,
+            a_pg=a_pg if block_size > 0 else 0.0,  # kernel_parts adds 0.0 for a contiguous KV
+            roof=t_r if t_r > self._roof[0] else self._roof[0],
+            floor=self._floor, tail=self._cpu + self._per_seq * seqs,
+            sched=self._sched[0] + self._sched[1] * seqs, is_async=self._async)
 
     def _swap(self, b: StepBatch) -> float:
         return b.block_bytes * (b.swap_in_blocks * self._h2d + b.swap_out_blocks * self._d2h)

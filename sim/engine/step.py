@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sim.cost import StepBatch, StepCostModel
-from sim.cost.bulk import DecodeTime, decode_step_time
+from sim.cost.bulk import DecodeTime, DecodeTimeArray, decode_step_time, decode_step_times
 from sim.io.records import StepLog, record_from_tuple
 from sim.kv.base import DecodeBlocks, KvAllocator, MemoryBreakdown
 from sim.request import Request
@@ -57,6 +57,7 @@ class StepKernel:
     decode_blocks: DecodeBlocks | None = None  # the allocator's bulk-decode view (None: a slab)
     caching: bool = False              # prefix caching on a paged pool (decoded blocks are hashed)
     _decode: dict[int, DecodeTime] = field(default_factory=dict)  # decoders -> decode_time(...)
+    _decode_arr: dict[int, DecodeTimeArray | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """The allocator's answers the engine needs on every step or window, asked once."""
@@ -72,6 +73,12 @@ class StepKernel:
         if f is None:
             f = self._decode[seqs] = decode_step_time(self.cost, seqs, self.page_size, self.block_bytes)
         return f
+
+    def decode_times(self, seqs: int) -> DecodeTimeArray | None:
+        """:meth:`decode_time` over arrays of counts (None: the cost model has no array form)."""
+        if seqs not in self._decode_arr:
+            self._decode_arr[seqs] = decode_step_times(self.cost, seqs, self.page_size)
+        return self._decode_arr[seqs]
 
     def batch(self, plan: StepPlan) -> StepBatch:
         """Describe the step for the cost model (prefill vs decode work, pages touched)."""

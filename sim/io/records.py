@@ -40,17 +40,44 @@ STEP_DTYPE = np.dtype([(c, np.float64 if c in _FLOAT else np.int64) for c in STE
 
 
 class StepLog:
-    """The step records of one replica, in step order (a single append on the hot path)."""
+    """The step records of one replica, in step order: tuples (a single append on the hot
+    path) and, from fast-forward's runs of quiet steps, whole record arrays (:meth:`extend`)."""
 
-    __slots__ = ("append", "rows")
+    __slots__ = ("append", "in_parts", "parts", "rows")
 
     def __init__(self) -> None:
         self.rows: list[StepRecord] = []
         self.append = self.rows.append
+        self.parts: list[np.ndarray] = []   # earlier records, as STEP_DTYPE arrays, in order
+        self.in_parts = 0
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self.in_parts + len(self.rows)
+
+    def extend(self, records: np.ndarray) -> None:
+        """Append records given as a STEP_DTYPE array (after every record so far)."""
+        self._fold()
+        self.parts.append(records)
+        self.in_parts += len(records)
+
+    def _fold(self) -> None:
+        rows = self.rows
+        if rows:
+            self.parts.append(np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows)))  # one C pass
+            self.in_parts += len(rows)
+            rows.clear()  # in place: the engine keeps its bound append
+
+    def take(self) -> np.ndarray | None:
+        """Every record held, as one array (None: none), and empty the log."""
+        self._fold()
+        parts = self.parts
+        if not parts:
+            return None
+        a = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        self.parts, self.in_parts = [], 0
+        return a
 
     def frame(self) -> pd.DataFrame:
-        a = np.fromiter(self.rows, dtype=STEP_DTYPE, count=len(self.rows))  # one C pass over the tuples
+        self._fold()
+        a = np.concatenate(self.parts) if self.parts else np.empty(0, STEP_DTYPE)
         return pd.DataFrame({name: a[name] for name in STEP_COLUMNS})

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.io.records import STEP_COLUMNS, STEP_DTYPE, StepLog
+from sim.io.records import STEP_COLUMNS, StepLog
 from sim.io.rejects import CODES
 from sim.io.results import FINISH_REASONS, MEM_CATS, request_frame
 from sim.request import Request, Status
@@ -99,16 +99,14 @@ class StepSink:
         self._writer: Any = None
 
     def maybe_drain(self, log: StepLog) -> None:
-        if len(log.rows) >= self.chunk:
+        if len(log) >= self.chunk:
             self.drain(log)
 
     def drain(self, log: StepLog, final: bool = False) -> None:
         """Take every row the log holds (emptying it in place); fold and write whole chunks
         (and, with ``final``, the remainder)."""
-        rows = log.rows
-        if rows:
-            a = np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows))
-            rows.clear()
+        a = log.take()
+        if a is not None:
             self._pending = a if self._pending is None else np.concatenate([self._pending, a])
         p = self._pending
         if p is None:

@@ -4,11 +4,21 @@ record)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
+from functools import partial
+
 from sim.cost import StepBatch
-from sim.engine.step import StepKernel
+from sim.engine.step import InFlight, StepKernel
 from sim.io.records import record_from_tuple as record
 from sim.request import Request
 from sim.sched.plan import StepPlan
+
+new_batch = partial(tuple.__new__, StepBatch)  # StepBatch from a tuple in field order (hot path)
+Pull = Callable[[float], None]          # take in the arrivals due at a time
+NextArrival = Callable[[], float]       # a router's next possible submission
+NO_PLAN = StepPlan()  # a window step that admitted nothing (read only: its record's zero counts)
+NONE: list[Request] = []  # no request finishes in this step (read only)
+Window = Generator[float, None, tuple[float, InFlight | None]]  # a window: yields pause times
 
 
 def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,

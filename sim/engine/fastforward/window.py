@@ -31,30 +31,20 @@ same order, so ``--exact-steps`` gives identical output (tested).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
-from functools import partial
 
-from sim.cost import StepBatch
 from sim.engine.fastforward.chunked import carried, next_chunk
 from sim.engine.fastforward.decoders import by_seq, join, leave, uids
 from sim.engine.fastforward.handover import close, hand_over
 from sim.engine.fastforward.ordering import Order
 from sim.engine.fastforward.pause import pause
-from sim.engine.fastforward.steps import land
+from sim.engine.fastforward.runs import QuietRuns
+from sim.engine.fastforward.steps import NO_PLAN, NONE, NextArrival, Pull, Window, land, new_batch
 from sim.engine.step import InFlight, StepKernel
 from sim.io.records import record_from_tuple as record
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
-new_batch = partial(tuple.__new__, StepBatch)  # StepBatch from a tuple in field order (hot path)
-Pull = Callable[[float], None]          # take in the arrivals due at a time
-NextArrival = Callable[[], float]       # a router's next possible submission
-NO_PLAN = StepPlan()  # a window step that admitted nothing (read only: its record's zero counts)
-NONE: list[Request] = []  # no request finishes in this step (read only)
 PROGRESS_EVERY = 2048  # records a window appends between calls of the replica's progress hook
-
-
-Window = Generator[float, None, tuple[float, InFlight | None]]
 
 
 def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None, pull_due: Pull,
@@ -118,7 +108,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     quiet, due = next_due is not None, next_due() if next_due is not None else 0.0
     held: bool | None = None  # True: no admission can run until a pull or a non-quiet step
     head: Request | None = None
-    qnw, s, rows, progress = 0, 0, k.log.rows, k.progress
+    qnw, s, log, progress = 0, 0, k.log, k.progress
     dec_time, dec_n = k.decode_time(decoders), decoders
     na = next_arrival() if next_arrival is not None else math.inf  # no submission until the window ends
     landing, p_done = f is not None, NONE  # the step launched, not landed (p_*): async starts with f
@@ -130,11 +120,14 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         p_plan, p_batch, p_dt, p_start = NO_PLAN, new_batch((0,) * 11), 0.0, t
     partial: set[int] = {part.uid} if part is not None else set()  # chunked prefills (real counts)
     cap = PROGRESS_EVERY if progress is not None else math.inf  # records before the next progress call
+    runs = QuietRuns(k, lag, buckets, (usable, nulls), register, append_block,  # type: ignore[arg-type]
+                     (running, next_arrival, next_due, real_counts) if pausable else None) \
+        if lin is not None and quiet and append_block is not None else None
     while decoders:
         s1 = s + 1
-        if len(rows) >= cap:  # a long window still drains its records (streamed runs: bounded memory)
+        if len(log) >= cap:  # a long window still drains its records (streamed runs: bounded memory)
             progress()  # type: ignore[misc]
-            cap = len(rows) + PROGRESS_EVERY
+            cap = len(log) + PROGRESS_EVERY
         bucket = buckets[s1 % B] if paged else []
         slack = (fq.size if fq is not None else kv.num_free_blocks) - len(bucket)
         if slack < 0 or decoders > max_batched:
@@ -158,6 +151,14 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 head = sched.waiting.peek() if qnw else None
                 held = sched.admits_nothing(head, max_batched - decoders)
             if held:
+                if runs is not None and (not lag or (p_plan is NO_PLAN and p_batch.num_decode_seqs == decoders)):
+                    n = yield from runs.take(s, t, decoders, c0_sum, pages, fin, due, na, p_start, p_dt, qnw,
+                                             len(running), pool.shared_excess, cap - len(log))  # type: ignore[union-attr]
+                    if n:  # a run of quiet steps, as arrays (sim/engine/fastforward/runs.py)
+                        s, t, pages, due, na, p_dt, p_start = s + n, runs.t, runs.pages, runs.due, runs.na, \
+                            runs.p_dt, runs.p_start
+                        p_batch = new_batch((0, 0, 0.0, 0, decoders, runs.ctx, pages, page, 0, 0, bb))
+                        continue
                 if bucket:
                     append_block(bucket)  # type: ignore[misc]
                     pages += len(bucket)

@@ -1,0 +1,198 @@
+"""Runs of quiet steps applied as arrays: the window's quiet steps, many at a time.
+
+Between two events of a window (a finish, a pull that may admit) quiet steps change nothing a
+decision reads; per step only the time, the context tokens (``+ decoders``), the pages and the
+free blocks (``- bucket`` at a block boundary) move, and all of them are known up to the next
+finish. A :class:`QuietRuns` lays a run out as numpy arrays once::
+
+    j            1      2      3    ...  H          (window steps s0 + j)
+    bucket       0      2      0    ...             decoders crossing a boundary (pops)
+    pages/free   P0+0   P0+2   P0+2 ...             cumulative
+    dt           time(ctx_j, pages_j)               sim/cost/bulk.py, the same floats
+    T      T0    T0+dt1 T1+dt2 ...                  np.cumsum: the sequential float sums
+
+and commits it in pieces: the records as one ``map`` over the columns, the pool operations of
+the boundary steps one by one in step order, the step counters and busy time. A piece ends
+before a pull is due or a router arrival falls in a step; a live router's pause is taken
+inside the run (:func:`~sim.engine.fastforward.pause.pause`, the state then is the exact
+loop's) and the run goes on when nothing changed. Commits equal the quiet steps of
+:mod:`sim.engine.fastforward.window` one at a time, bit for bit (tests lower ``MIN_RUN``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Generator
+from typing import Any
+
+import numpy as np
+
+from sim.engine.fastforward.pause import pause
+from sim.engine.step import StepKernel
+from sim.io.records import STEP_DTYPE
+
+MIN_RUN = 16     # steps a new run must be able to reach to pay for its arrays
+HORIZON = 1024   # steps laid out at most
+
+
+class QuietRuns:
+    """One window's runs (its constants; the current run's arrays)."""
+
+    def __init__(self, k: StepKernel, lag: int, buckets: list[list[Any]], lin: tuple[int, int],
+                 register: Callable[[list[Any], int], None] | None, append_block: Callable[[list[Any]], None],
+                 pause_args: tuple[Any, ...] | None) -> None:
+        self.k, self.lag, self.buckets, self.B = k, lag, buckets, len(buckets)
+        self.usable, self.nulls = lin
+        self.register, self.append_block = register, append_block
+        self.pause_args = pause_args  # (running, next_arrival, next_due, real_counts) when pausable
+        self.fq = k.decode_blocks.pool.free_queue  # type: ignore[union-attr]
+        self.key: tuple[Any, ...] | None = None
+        self.no_run: tuple[Any, ...] | None = None
+        self.t = self.due = self.na = self.p_start = self.p_dt = 0.0
+        self.pages = self.ctx = 0
+
+    def take(self, s: int, t: float, decoders: int, c0_sum: int, pages: int, fin: dict[int, Any], due: float,
+             na: float, p_start: float, p_dt: float, qnw: int, nrun: int, shared: int, room: float
+             ) -> Generator[float, None, int]:
+        """Commit quiet steps from ``s + 1`` on; return how many (0: do the next one alone).
+        Afterwards ``t``, ``pages``, ``ctx``, ``due``, ``na`` (and, async, ``p_start``/``p_dt``)
+        hold the window's new values. At most ``room`` steps (the window's records before it
+        calls the replica's progress hook)."""
+        if False:
+            yield 0.0
+        key = (decoders, c0_sum, qnw, nrun, shared)
+        off = s - self.s0 if self.key == key else -1  # where the laid-out run stands, if it still holds
+        cached = 0 <= off < self.H and self.T[off] == t and self.P[off] == pages and self.F[off] == self.fq.size
+        if not cached and (self.no_run == (key, due)
+                           or not self._build(s, t, decoders, c0_sum, pages, fin, due, p_start, p_dt, key)):
+            self.no_run = (key, due)  # none until the decoders, the queue or the next pull change
+            return 0
+        lag, T, off0 = self.lag, self.T, s - self.s0
+        H = int(min(self.H, off0 + room))
+        off = off0
+        while off < H:
+            plan_t = (p_start if off == off0 else T[off - 1]) if lag else T[off]
+            if due <= plan_t:
+                break  # a pull is due: the window takes it
+            # steps off+1 .. m can go: their plans come before ``due``, their router checks before
+            # ``na`` (async: plan T[j-2], check T[j-1]; sync: plan T[j-1], check T[j])
+            i = bisect_left(T, na)  # first T[i] >= na
+            m = min(H, bisect_left(T, due) + lag, i if lag else i - 1)
+            if m > off:
+                self._commit(off, m)
+                off = m
+                continue
+            if self.pause_args is None or (not lag and T[off] >= na):
+                break  # the window ends or hands over here
+            self._pool_ops(off, off + 1)  # step off+1 planned, the router reads mid-flight
+            running, next_arrival, next_due, real_counts = self.pause_args
+            na = yield from pause(self.k, running, self.s0 + off, (), T[off + 1 - lag], na, next_arrival,
+                                  real_counts)
+            due = next_due()
+            self._commit(off, off + 1, ops=False)
+            off += 1
+        self.due, self.na = due, na
+        n = off - off0
+        if n:
+            self.t, self.pages, self.ctx = T[off], self.P[off], c0_sum + decoders * (self.s0 + off)
+            self.p_start, self.p_dt = T[off - 1], self.dt[off - 1]
+        return n
+
+    def _build(self, s: int, t: float, decoders: int, c0_sum: int, pages: int, fin: dict[int, Any], due: float,
+               p_start: float, p_dt: float, key: tuple[Any, ...]) -> bool:
+        k = self.k
+        times = k.decode_times(decoders)
+        if times is None:
+            return False
+        dt1 = k.decode_time(decoders)(c0_sum + decoders * (s + 1), pages)
+        to_due = (due - (p_start if self.lag else t)) / dt1  # steps, at most (dt grows along a run)
+        if to_due < MIN_RUN:
+            return False  # a pull is due within a few steps: not worth the arrays
+        H = int(min(min(fin) - s - 1 if fin else HORIZON, HORIZON, to_due + 2))
+        if H < MIN_RUN:
+            return False
+        B = self.B
+        steps = np.arange(s + 1, s + H + 1)
+        sizes = np.fromiter(map(len, self.buckets), np.int64, B)
+        bsz = sizes[steps % B]
+        cum = np.cumsum(bsz)
+        free = self.fq.size - cum
+        short = np.flatnonzero(free < 0)
+        if len(short):  # that step could preempt: the window goes exact before it
+            H = int(short[0])
+            if H < MIN_RUN:
+                return False
+            steps, bsz, cum, free = steps[:H], bsz[:H], cum[:H], free[:H]
+        ctx = c0_sum + decoders * steps
+        P = pages + cum
+        dt = times(ctx, P)
+        self.rec = self._records(H, t, p_start, p_dt, dt, ctx, free, key)
+        ev = bsz > 0
+        if not self.lag and self.register is not None:
+            ev |= sizes[(steps + 1) % B] > 0  # sync: the blocks that fill are registered then
+        # laid out once as Python lists: a commit slices them (no numpy per piece)
+        self.dt = dt.tolist()
+        self.durs = self.rec["duration_s"].tolist()  # what each committed step adds to the busy time
+        self.T = np.concatenate(([t], dt)).cumsum().tolist()  # T[j]: end of step j (sequential sums)
+        self.P = [pages, *P.tolist()]
+        self.F = [self.fq.size, *free.tolist()]
+        self.ev = (np.flatnonzero(ev) + 1).tolist()     # offsets of steps with pool operations
+        self.cross = (np.flatnonzero(bsz) + 1).tolist()  # offsets of steps that take blocks
+        self.s0, self.H, self.key = s, H, key
+        return True
+
+    def _records(self, H: int, t: float, p_start: float, p_dt: float, dt: np.ndarray, ctx: np.ndarray,
+                 free: np.ndarray, key: tuple[Any, ...]) -> np.ndarray:
+        """The run's step records, as the window's quiet steps write them (sim/io/records.py)."""
+        decoders, _, qnw, nrun, shared = key
+        B, k = self.B, self.k
+        rec = np.zeros(H, STEP_DTYPE)
+        rec["step"] = np.arange(k.step, k.step + H)
+        if self.lag:  # the record of step j is step j-1's (it lands as j is launched); step 0: the window's
+            rec["start_s"][0], rec["duration_s"][0] = p_start, p_dt
+            rec["start_s"][1:], rec["duration_s"][1:] = np.concatenate(([t], dt[:-1])).cumsum()[:-1], dt[:-1]
+        else:
+            rec["start_s"], rec["duration_s"] = np.concatenate(([t], dt[:-1])).cumsum(), dt
+        used = self.usable - free
+        internal = (used + shared) * B - (ctx - decoders if self.lag else ctx)
+        rec["num_running"], rec["num_waiting"], rec["decode_tokens"] = nrun, qnw, decoders
+        rec["free_blocks"], rec["token_state_slots"], rec["internal_frag_slots"] = free, used * B - internal, internal
+        rec["external_frag_slots"], rec["free_slots"], rec["shared_blocks_saved"] = self.nulls, free * B, shared
+        return rec
+
+    def _pool_ops(self, a: int, b: int) -> None:
+        """The block appends and registrations of run steps ``a+1 .. b``, in step order."""
+        ev = self.ev
+        buckets, B, register, s0, lag = self.buckets, self.B, self.register, self.s0, self.lag
+        for j in ev[bisect_right(ev, a):bisect_right(ev, b)]:
+            j += s0
+            bucket = buckets[j % B]
+            if bucket:
+                self.append_block(bucket)
+                if lag and register is not None:
+                    register(bucket, j - 1)
+            if not lag and register is not None:
+                filling = buckets[(j + 1) % B]
+                if filling:
+                    register(filling, j)
+
+    def _commit(self, a: int, b: int, ops: bool = True) -> None:
+        """Run steps ``a+1 .. b``: pool operations (unless done), records, counters."""
+        if ops:
+            self._pool_ops(a, b)
+        k, n = self.k, b - a
+        margin = k.kv.headroom
+        cross = self.cross
+        if margin is not None and bisect_right(cross, b) > bisect_right(cross, a):
+            low = self.F[b]  # free blocks only fall along a run: the last boundary step's slack
+            if low < margin.pass_min:
+                margin.pass_min = low
+        k.log.extend(self.rec[a:b])
+        durs = self.durs[a:b]
+        busy = k.busy_s
+        for d in durs:
+            busy += d
+        k.busy_s = busy
+        k.step += n
+        k.ff_steps += n
+        k.bulk_steps += n
