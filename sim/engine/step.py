@@ -50,6 +50,7 @@ class StepKernel:
     busy_s: float = 0.0
     ff_steps: int = 0                  # steps applied by fast-forward
     bulk_steps: int = 0                # of which quiet steps (no admission pass, decode time in bulk)
+    run_piece: float = 64.0            # mean steps a quiet run commits at a time (fastforward/runs.py)
     page_size: int = 0                 # StepBatch.block_size: tokens per page, 0 = contiguous
     pending: StepPlan | None = None    # a step fast-forward planned for the exact loop to run
     virtual_tokens: int = 0            # a paused window: computed tokens its virtual counts lack

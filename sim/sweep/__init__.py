@@ -1,4 +1,4 @@
-"""Parameter sweeps: grid expansion, one simulation per point, resumable Parquet results.
+"""Parameter sweeps: grid expansion, one simulation per distinct run, resumable Parquet results.
 
     grid = parse_sets(["gpu_memory_utilization=0.85,0.9", "block_size=8,16,32"])
     df = run_sweep(expand(grid, base={"cost_model": "roofline"}, trace="t.csv"), out=Path("sw")).table
@@ -10,7 +10,9 @@ One concept per module:
 - ``point.py``      a point and its key: hash of the full resolved config + the trace's
                     content hash, so a rerun into the same directory runs only what is missing
 - ``row.py``        a point's result as one flat row
-- ``worker.py``     running one point (never raises: a failure is a row), summary only
+- ``worker.py``     running points (never raises: a failure is a row), summary only
+- ``derive.py``     points that differ only in pool knobs and whose capacity decisions cannot
+                    differ from a simulated one's: derived from it, not simulated
 - ``reuse.py``      a worker parses each trace once; every point gets fresh Requests cheaply
 - ``store.py``      crash-safe parts + compaction into ``sweep.parquet``
 - ``driver.py``     :func:`run_sweep`: resume, run on :mod:`sim.run.executor` (local pool or

@@ -108,8 +108,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     quiet, due = next_due is not None, next_due() if next_due is not None else 0.0
     held: bool | None = None  # True: no admission can run until a pull or a non-quiet step
     head: Request | None = None
-    qnw, s, log, progress = 0, 0, k.log, k.progress
-    dec_time, dec_n = k.decode_time(decoders), decoders
+    qnw, s, log, progress, dec_time, dec_n = 0, 0, k.log, k.progress, k.decode_time(decoders), decoders
     na = next_arrival() if next_arrival is not None else math.inf  # no submission until the window ends
     landing, p_done = f is not None, NONE  # the step launched, not landed (p_*): async starts with f
     if f is not None:
@@ -151,9 +150,10 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 head = sched.waiting.peek() if qnw else None
                 held = sched.admits_nothing(head, max_batched - decoders)
             if held:
-                if runs is not None and (not lag or (p_plan is NO_PLAN and p_batch.num_decode_seqs == decoders)):
-                    n = yield from runs.take(s, t, decoders, c0_sum, pages, fin, due, na, p_start, p_dt, qnw,
-                                             len(running), pool.shared_excess, cap - len(log))  # type: ignore[union-attr]
+                if runs is not None and (not lag or (p_plan is NO_PLAN and p_batch.num_decode_seqs == decoders)) \
+                        and runs.ready(s, t, decoders, c0_sum, pages, fin, due, na, p_start, p_dt, qnw, len(running),
+                                       pool.shared_excess):  # type: ignore[union-attr]
+                    n = yield from runs.take(s, due, na, p_start, cap - len(log))
                     if n:  # a run of quiet steps, as arrays (sim/engine/fastforward/runs.py)
                         s, t, pages, due, na, p_dt, p_start = s + n, runs.t, runs.pages, runs.due, runs.na, \
                             runs.p_dt, runs.p_start
