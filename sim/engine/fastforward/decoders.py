@@ -9,6 +9,8 @@ these helpers maintain the indexes and return the pages to add or take away.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
@@ -51,3 +53,21 @@ def by_seq(r: Request) -> int:
 def uids(plan: StepPlan | None) -> set[int]:
     """The requests a window step's admission pass scheduled (their counts are real)."""
     return {r.uid for r, _ in plan.scheduled} if plan is not None else set()
+
+
+def boundary(buckets: list[list[Request]], s1: int, lag: int, append_block: Callable[[list[Request]], None] | None,
+             register: Callable[[list[Request], int], None] | None) -> int:
+    """What window step ``s1`` does at block boundaries, in this order: a new block for each
+    decoder crossing one (async: the block its step ``s1 - 1`` token filled is registered now,
+    seen a step late); sync: the blocks this step fills are registered. Returns the blocks taken."""
+    B = len(buckets)
+    bucket = buckets[s1 % B]
+    if bucket:
+        append_block(bucket)  # type: ignore[misc]
+        if lag and register is not None:
+            register(bucket, s1 - 1)
+    if not lag and register is not None:
+        filling = buckets[(s1 + 1) % B]
+        if filling:
+            register(filling, s1)
+    return len(bucket)

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.engine.fastforward.decoders import boundary
 from sim.engine.fastforward.pause import pause
 from sim.engine.step import StepKernel
 from sim.io.records import STEP_DTYPE
@@ -139,14 +140,15 @@ class QuietRuns:
         ctx = c0_sum + decoders * steps
         P = pages + cum
         dt = times(ctx, P)
-        self.rec = self._records(H, t, p_start, p_dt, dt, ctx, free, key)
+        T = np.concatenate(([t], dt)).cumsum()  # T[j]: end of step j (sequential sums, as t += dt)
+        self.rec = self._records(H, T, p_start, p_dt, dt, ctx, free, key)
         ev = bsz > 0
         if not self.lag and self.register is not None:
             ev |= sizes[(steps + 1) % B] > 0  # sync: the blocks that fill are registered then
         # laid out once as Python lists: a commit slices them (no numpy per piece)
         self.dt = dt.tolist()
         self.durs = self.rec["duration_s"].tolist()  # what each committed step adds to the busy time
-        self.T = np.concatenate(([t], dt)).cumsum().tolist()  # T[j]: end of step j (sequential sums)
+        self.T = T.tolist()
         self.P = [pages, *P.tolist()]
         self.F = [self.fq.size, *free.tolist()]
         self.ev = (np.flatnonzero(ev) + 1).tolist()     # offsets of steps with pool operations
@@ -154,7 +156,7 @@ class QuietRuns:
         self.s0, self.H, self.key = s, H, key
         return True
 
-    def _records(self, H: int, t: float, p_start: float, p_dt: float, dt: np.ndarray, ctx: np.ndarray,
+    def _records(self, H: int, T: np.ndarray, p_start: float, p_dt: float, dt: np.ndarray, ctx: np.ndarray,
                  free: np.ndarray, key: tuple[Any, ...]) -> np.ndarray:
         """The run's step records, as the window's quiet steps write them (sim/io/records.py)."""
         decoders, _, qnw, nrun, shared = key
@@ -163,9 +165,9 @@ class QuietRuns:
         rec["step"] = np.arange(k.step, k.step + H)
         if self.lag:  # the record of step j is step j-1's (it lands as j is launched); step 0: the window's
             rec["start_s"][0], rec["duration_s"][0] = p_start, p_dt
-            rec["start_s"][1:], rec["duration_s"][1:] = np.concatenate(([t], dt[:-1])).cumsum()[:-1], dt[:-1]
+            rec["start_s"][1:], rec["duration_s"][1:] = T[:H - 1], dt[:-1]
         else:
-            rec["start_s"], rec["duration_s"] = np.concatenate(([t], dt[:-1])).cumsum(), dt
+            rec["start_s"], rec["duration_s"] = T[:H], dt
         used = self.usable - free
         internal = (used + shared) * B - (ctx - decoders if self.lag else ctx)
         rec["num_running"], rec["num_waiting"], rec["decode_tokens"] = nrun, qnw, decoders
@@ -175,19 +177,9 @@ class QuietRuns:
 
     def _pool_ops(self, a: int, b: int) -> None:
         """The block appends and registrations of run steps ``a+1 .. b``, in step order."""
-        ev = self.ev
-        buckets, B, register, s0, lag = self.buckets, self.B, self.register, self.s0, self.lag
+        ev, buckets, s0 = self.ev, self.buckets, self.s0
         for j in ev[bisect_right(ev, a):bisect_right(ev, b)]:
-            j += s0
-            bucket = buckets[j % B]
-            if bucket:
-                self.append_block(bucket)
-                if lag and register is not None:
-                    register(bucket, j - 1)
-            if not lag and register is not None:
-                filling = buckets[(j + 1) % B]
-                if filling:
-                    register(filling, j)
+            boundary(buckets, s0 + j, self.lag, self.append_block, self.register)
 
     def _commit(self, a: int, b: int, ops: bool = True) -> None:
         """Run steps ``a+1 .. b``: pool operations (unless done), records, counters."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 
 from sim.engine.fastforward.chunked import carried, next_chunk
-from sim.engine.fastforward.decoders import by_seq, join, leave, uids
+from sim.engine.fastforward.decoders import boundary, by_seq, join, leave, uids
 from sim.engine.fastforward.handover import close, hand_over
 from sim.engine.fastforward.ordering import Order
 from sim.engine.fastforward.pause import pause
@@ -159,15 +159,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                             runs.p_dt, runs.p_start
                         p_batch = new_batch((0, 0, 0.0, 0, decoders, runs.ctx, pages, page, 0, 0, bb))
                         continue
-                if bucket:
-                    append_block(bucket)  # type: ignore[misc]
-                    pages += len(bucket)
-                    if lag and register is not None:
-                        register(bucket, s1 - 1)
-                if not lag and register is not None:
-                    filling = buckets[(s1 + 1) % B]
-                    if filling:
-                        register(filling, s1)
+                if paged:
+                    pages += boundary(buckets, s1, lag, append_block, register)
                 if dec_n != decoders:
                     dec_time, dec_n = k.decode_time(decoders), decoders
                 ctx = c0_sum + decoders * s1
@@ -215,15 +208,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         n_part = 0 if part is None else next_chunk(sched, part, p_done, decoders, max_batched, len(bucket))
         if part is not None and not n_part:
             break  # the chunked prefill's step is not the window's to apply: go exact
-        if bucket:
-            append_block(bucket)  # type: ignore[misc]
-            pages += len(bucket)
-            if lag and register is not None:
-                register(bucket, s1 - 1)  # the block their step-s token filled, seen now
-        if not lag and register is not None:
-            filling = buckets[(s1 + 1) % B]
-            if filling:
-                register(filling, s1)
+        if paged:
+            pages += boundary(buckets, s1, lag, append_block, register)
         plan = None
         if part is not None:  # its next chunk, after every decoder (running order)
             kv.allocate(part, n_part)
