@@ -39,6 +39,12 @@ STEP_DTYPE = np.dtype([(c, np.float64 if c in _FLOAT else np.int64) for c in STE
 """One step record as a numpy record (``frame`` and :mod:`sim.io.stream` convert with it)."""
 
 
+def concat_steps(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate`` of STEP_DTYPE arrays, joined as raw bytes: concatenating record
+    arrays promotes their fields pair by pair (about 30 us per part), a void view does not."""
+    return np.concatenate([p.view(np.void) for p in parts]).view(STEP_DTYPE)
+
+
 class StepLog:
     """The step records of one replica, in step order: tuples (a single append on the hot
     path) and, from fast-forward's runs of quiet steps, whole record arrays (:meth:`extend`)."""
@@ -73,11 +79,11 @@ class StepLog:
         parts = self.parts
         if not parts:
             return None
-        a = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        a = parts[0] if len(parts) == 1 else concat_steps(parts)
         self.parts, self.in_parts = [], 0
         return a
 
     def frame(self) -> pd.DataFrame:
         self._fold()
-        a = np.concatenate(self.parts) if self.parts else np.empty(0, STEP_DTYPE)
+        a = concat_steps(self.parts) if self.parts else np.empty(0, STEP_DTYPE)
         return pd.DataFrame({name: a[name] for name in STEP_COLUMNS})

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.io.records import STEP_COLUMNS, StepLog
+from sim.io.records import STEP_COLUMNS, StepLog, concat_steps
 from sim.io.rejects import CODES
 from sim.io.results import FINISH_REASONS, MEM_CATS, request_frame
 from sim.request import Request, Status
@@ -107,7 +107,7 @@ class StepSink:
         (and, with ``final``, the remainder)."""
         a = log.take()
         if a is not None:
-            self._pending = a if self._pending is None else np.concatenate([self._pending, a])
+            self._pending = a if self._pending is None else concat_steps([self._pending, a])
         p = self._pending
         if p is None:
             return
