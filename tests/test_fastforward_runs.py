@@ -69,3 +69,30 @@ def test_default_runs_are_taken_on_a_light_fleet() -> None:
     finally:
         runs.QuietRuns._commit = commit  # type: ignore[method-assign]
     assert sum(seen) > ff.ff_steps / 2
+
+
+LAZY = [c for c in CASES if c[0] in ("paged-sync-lot", "paged-async-lot", "ties-sync")] + [
+    ("ties-async-lot", {"cost_model": "constant:0.01", "num_gpu_blocks": 300, "max_model_len": 2048},
+     "ties", "least-outstanding-tokens")]
+
+
+@pytest.mark.parametrize("name, cfg_kw, trace, router", LAZY, ids=[c[0] for c in LAZY])
+def test_lazy_runs_sleep_through_a_totals_router(committed: list[int], monkeypatch: pytest.MonkeyPatch,
+                                                 name: str, cfg_kw: dict[str, Any], trace: str, router: str) -> None:
+    """A router that reads only outstanding tokens reads a run's sums from its laid-out step
+    ends while the replica naps (sim/engine/fastforward/pause.py, lazy reads): outputs equal
+    ``--exact-steps``, and submissions really cut naps short."""
+    from sim.engine.replica import Replica
+    from tests.test_router_live import ties
+
+    naps: list[bool] = []  # per nap: woken before its end
+    nap = Replica._nap
+
+    def count(self: Replica, n: Any) -> Any:
+        yield from nap(self, n)
+        naps.append(self.env.now < n.until)
+
+    monkeypatch.setattr(Replica, "_nap", count)
+    tr = {"azure": azure, "ties": ties}[trace]()
+    both(cfg_kw, tr, router)
+    assert len(naps) > 10 and any(naps), (len(naps), sum(naps))

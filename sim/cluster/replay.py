@@ -78,7 +78,8 @@ def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str | RouterSp
     else:
         rt = Router(env, reps, reqs, choose, state, active)
         for rep in reps:
-            rep.follow_router(rt.next_arrival, routed=rt.routed, real_counts=spec.reads_request_counts)
+            rep.follow_router(rt.next_arrival, routed=rt.routed, real_counts=spec.reads_request_counts,
+                              lazy_reads=spec.reads_only_totals and stop_on_fail is None)
         assigned = rt.assigned
     aborted, failing = False, tuple[str, ...]()
     if stop_on_fail is None:

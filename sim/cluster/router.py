@@ -70,6 +70,11 @@ class RouterSpec:
         return self.policy == "dynamo"
 
     @property
+    def reads_only_totals(self) -> bool:
+        """Reads nothing of a replica but its outstanding tokens (lazy reads: sim/engine/fastforward/pause.py)."""
+        return self.policy == "least-outstanding-tokens"
+
+    @property
     def uses_view(self) -> bool:
         return self.policy in ("kv-aware", "dynamo") and (
             self.policy == "dynamo" or dict(self.weights).get("prefix", 0.0) > 0)

@@ -76,7 +76,8 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
     else:
         rt = Router(env, reps, reqs, choose, state)
         for rep in reps:  # live routing keeps fast-forward (windows wait for the router)
-            rep.follow_router(rt.next_arrival, routed=rt.routed, real_counts=spec.reads_request_counts)
+            rep.follow_router(rt.next_arrival, routed=rt.routed, real_counts=spec.reads_request_counts,
+                             lazy_reads=spec.reads_only_totals)
         assigned = rt.assigned
     env.run()
     stats = tuple(s.close(rep.log, rep.kv.paged) for s, rep in zip(sinks, reps, strict=True))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.cost.batch import CostBasis, StepBatch
+from sim.cost.bulk import DecodeTerms
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,3 +28,7 @@ class ConstantCost:
 
     def step_time(self, batch: StepBatch) -> float:
         return self.seconds
+
+    def decode_terms(self, seqs: int, block_size: int) -> DecodeTerms:
+        """Bulk decode times (sim/cost/bulk.py): ``seconds + 0.0 * (...)`` is ``seconds``."""
+        return DecodeTerms(self.seconds, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, True)

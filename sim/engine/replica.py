@@ -25,6 +25,7 @@ from typing import Any
 import simpy
 
 from sim.engine.fastforward.ordering import order_of
+from sim.engine.fastforward.pause import Nap
 from sim.engine.fastforward.window import Window, fast_forward
 from sim.engine.step import InFlight, StepKernel
 from sim.io.records import StepLog
@@ -65,6 +66,7 @@ class Replica:
         self._router_next: Callable[[], float] | None = None
         self._routed: Callable[[], simpy.Event] | None = None  # pausable windows wait on it
         self._real_counts = True
+        self._lazy = False
         self._wake: simpy.Event | None = None
         #: the time of the step being planned (also inside a fast-forward window): KV events' stamp
         self.clock = 0.0
@@ -110,17 +112,21 @@ class Replica:
         self._inbox.extend(reqs)
 
     def follow_router(self, next_arrival: Callable[[], float], *, routed: Callable[[], simpy.Event] | None = None,
-                      real_counts: bool = True) -> None:
+                      real_counts: bool = True, lazy_reads: bool = False) -> None:
         """Fed live by a router: fast-forward never runs past its next possible submission.
 
         ``routed``: the router submits only at ``next_arrival()`` instants, acting before any
         replica event then, and ``routed()`` fires once it has (:class:`sim.cluster.router.Router`);
         a window waits on it there and goes on (:mod:`sim.engine.fastforward.pause`) instead of
         ending. ``real_counts=False``: the router reads no per-request token counts, only
-        :attr:`outstanding_tokens` (a waiting window then corrects their sum instead)."""
+        :attr:`outstanding_tokens` (a waiting window then corrects their sum instead).
+        ``lazy_reads``: nothing else reads the replica between its own events either (no
+        monitor, no cache view), so a run of quiet steps answers those reads from its laid-out
+        step ends and sleeps through the router's arrivals (:mod:`sim.engine.fastforward.pause`)."""
         self._router_next = next_arrival
         self._routed = routed
         self._real_counts = real_counts
+        self._lazy = lazy_reads and not real_counts and routed is not None
 
     def next_own_arrival(self) -> float:
         """Arrival time of the first submitted request not yet pulled (inf if none)."""
@@ -158,10 +164,17 @@ class Replica:
     @property
     def outstanding_tokens(self) -> int:
         """Tokens still to process for submitted, waiting and running requests (router signal)."""
-        s = self.kernel.sched
-        pend = sum(r.final_tokens for r in self._inbox[self._cursor:])
-        return pend + sum(r.final_tokens - r.num_computed_tokens for r in s.running) + sum(
-            r.final_tokens - r.num_computed_tokens for r in s.waiting) - self.kernel.virtual_tokens
+        k = self.kernel
+        s = k.sched
+        tot = -k.virtual_tokens if k.virtual_at is None else -k.virtual_at(self.env.now)
+        if self._cursor < len(self._inbox):
+            tot += sum(r.final_tokens for r in self._inbox[self._cursor:])
+        for r in s.running:  # (the router reads every replica at every arrival: plain loops)
+            tot += r.final_tokens - r.num_computed_tokens
+        if s.waiting:
+            for r in s.waiting:
+                tot += r.final_tokens - r.num_computed_tokens
+        return tot
 
     # ---- the loop -----------------------------------------------------------------------------
     def _loop(self) -> Generator[simpy.Event, Any, None]:
@@ -209,7 +222,8 @@ class Replica:
             pausable = self._routed is not None
             hint = self._router_next if pausable else self._next_arrival_hint if self._router_next is not None else None
             t, flight = yield from self._drive(fast_forward(k, order, env.now, flight, self._pull_due, hint,
-                                                            self.next_own_arrival, pausable, self._real_counts))
+                                                            self.next_own_arrival, pausable, self._real_counts,
+                                                            self._lazy))
             if t > env.now:
                 if self.on_progress:
                     self.on_progress(self)
@@ -221,12 +235,30 @@ class Replica:
         """Run a fast-forward window; while it waits for the router (at the router's next
         arrival), wait on the router's ``routed`` event."""
         try:
-            next(window)
+            ask = next(window)
             while True:
-                yield self._routed()  # type: ignore[misc]
-                window.send(None)
+                if ask.__class__ is Nap:
+                    yield from self._nap(ask)
+                    ask = window.send(self.env.now)
+                else:
+                    yield self._routed()  # type: ignore[misc]
+                    ask = window.send(None)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+
+    def _nap(self, nap: Nap) -> Generator[simpy.Event, Any, None]:
+        """Sleep until exactly ``nap.until``, or (``wakeable``) until a submission wakes the loop."""
+        env = self.env
+        if not nap.wakeable:
+            yield from self._sleep_until(nap.until)
+            return
+        self._wake = wake = env.event()
+        t = nap.until
+        if env.now + (t - env.now) != t:  # the midpoint hop of _sleep_until
+            yield env.timeout((t - env.now) / 2) | wake
+        if not wake.triggered:
+            yield env.timeout(t - env.now) | wake
+        self._wake = None
 
     def _wait_for_work(self) -> Generator[simpy.Event, Any, bool]:
         """Idle: wait for the next arrival of our own inbox or a submission (never polls).

@@ -54,6 +54,7 @@ class StepKernel:
     page_size: int = 0                 # StepBatch.block_size: tokens per page, 0 = contiguous
     pending: StepPlan | None = None    # a step fast-forward planned for the exact loop to run
     virtual_tokens: int = 0            # a paused window: computed tokens its virtual counts lack
+    virtual_at: Callable[[float], int] | None = None  # a napping lazy run: virtual_tokens at an instant
     progress: Callable[[], None] | None = None  # the replica's on_progress, for long windows
     decode_blocks: DecodeBlocks | None = None  # the allocator's bulk-decode view (None: a slab)
     caching: bool = False              # prefix caching on a paged pool (decoded blocks are hashed)

@@ -19,15 +19,32 @@ Nothing the router may read differs from exact stepping at ``t``: block tables, 
 queue, the prefix cache and its events are updated eagerly in both; only the decoders' counts
 are virtual. While the window waits they are made real, or, for a router that reads only
 their sum (outstanding tokens), the sum is corrected.
+
+*Lazy reads.* A router that reads only outstanding tokens need not stop a run of quiet steps
+(:mod:`sim.engine.fastforward.runs`) at all: the run's step ends ``T`` are laid out, so the
+sum the exact loop would show at any instant ``t`` is known without committing a step
+(``StepKernel.virtual_at``). The window then yields a :class:`Nap`: the replica sleeps in SimPy
+until the run's next plan, and only a submission to this replica wakes it early. One wake per
+run and per request routed here, instead of one pause per arrival at the fleet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Generator
+from dataclasses import dataclass
 
 from sim.engine.fastforward.decoders import shift
 from sim.engine.step import StepKernel
 from sim.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class Nap:
+    """Sleep until ``until`` (a window's lazy run); ``wakeable``: a submission to the replica
+    ends it early. The window is sent the time it woke."""
+
+    until: float
+    wakeable: bool
 
 
 def pause(k: StepKernel, running: list[Request], s: int, real: Collection[int], end: float, na: float,

@@ -26,6 +26,7 @@ replicas of Llama-2-70B took 39 % more instructions with runs of 16 and no such 
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator
 from typing import Any
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from sim.engine.fastforward.decoders import boundary
-from sim.engine.fastforward.pause import pause
+from sim.engine.fastforward.pause import Nap, pause
 from sim.engine.step import StepKernel
 from sim.io.records import STEP_DTYPE
 
@@ -51,7 +52,8 @@ class QuietRuns:
         self.k, self.lag, self.buckets, self.B = k, lag, buckets, len(buckets)
         self.usable, self.nulls = lin
         self.register, self.append_block = register, append_block
-        self.pause_args = pause_args  # (running, next_arrival, next_due, real_counts) when pausable
+        self.pause_args = pause_args  # (running, next_arrival, next_due, real_counts, lazy) when pausable
+        self.lazy = pause_args is not None and pause_args[4]  # the router's reads need no pause (pause.py)
         self.fq = k.decode_blocks.pool.free_queue  # type: ignore[union-attr]
         self.key: tuple[Any, ...] | None = None
         self.no_run: tuple[Any, ...] | None = None  # the state at the last refused run
@@ -64,22 +66,25 @@ class QuietRuns:
         key = (decoders, c0_sum, qnw, nrun, shared)
         off = s - self.s0 if self.key == key else -1  # where the laid-out run stands, if it still holds
         cached = 0 <= off < self.H and self.T[off] == t and self.P[off] == pages and self.F[off] == self.fq.size
+        if self.lazy:
+            na = math.inf  # the router's next read bounds no piece
         if not cached and (self.no_run == (key, due, na)
                            or not self._build(s, t, decoders, c0_sum, pages, fin, due, na, p_start, p_dt, key)):
             self.no_run = (key, due, na)  # none until the decoders, the queue, a pull or the router change
             return False
         return True
 
-    def take(self, s: int, due: float, na: float, p_start: float, room: float) -> Generator[float, None, int]:
+    def take(self, s: int, due: float, na: float, p_start: float, room: float) -> Generator[Any, Any, int]:
         """Commit the laid-out run's quiet steps from ``s + 1`` on (after :meth:`ready`); return
         how many. Afterwards ``t``, ``pages``, ``ctx``, ``due``, ``na`` (and, async,
         ``p_start``/``p_dt``) hold the window's new values. At most ``room`` steps (the window's
         records before it calls the replica's progress hook)."""
         if False:
             yield 0.0
-        decoders, c0_sum = self.key[0], self.key[1]  # type: ignore[index]
         lag, T, off0 = self.lag, self.T, s - self.s0
         H = int(min(self.H, off0 + room))
+        if self.lazy:
+            return (yield from self._take_lazy(off0, H, due, p_start))
         off = off0
         while off < H:
             plan_t = (p_start if off == off0 else T[off - 1]) if lag else T[off]
@@ -96,18 +101,60 @@ class QuietRuns:
             if self.pause_args is None or (not lag and T[off] >= na):
                 break  # the window ends or hands over here
             self._pool_ops(off, off + 1)  # step off+1 planned, the router reads mid-flight
-            running, next_arrival, next_due, real_counts = self.pause_args
+            running, next_arrival, next_due, real_counts, _ = self.pause_args
             na = yield from pause(self.k, running, self.s0 + off, (), T[off + 1 - lag], na, next_arrival,
                                   real_counts)
             due = next_due()
             self._commit(off, off + 1, ops=False)
             off += 1
+        return self._took(off0, off, due, na)
+
+    def _took(self, off0: int, off: int, due: float, na: float) -> int:
         self.due, self.na = due, na
         n = off - off0
         if n:
-            self.t, self.pages, self.ctx = T[off], self.P[off], c0_sum + decoders * (self.s0 + off)
-            self.p_start, self.p_dt = T[off - 1], self.dt[off - 1]
+            decoders, c0_sum = self.key[0], self.key[1]  # type: ignore[index]
+            self.t, self.pages, self.ctx = self.T[off], self.P[off], c0_sum + decoders * (self.s0 + off)
+            self.p_start, self.p_dt = self.T[off - 1], self.dt[off - 1]
         return n
+
+    def _take_lazy(self, off0: int, H: int, due: float, p_start: float) -> Generator[Any, Any, int]:
+        """:meth:`take` for a router that reads only outstanding tokens (pause.py, lazy reads).
+
+        Steps ``off0+1 .. m`` can go unless a submission reaches this replica before the plan
+        after them (``T[m - lag]``, the first plan that could pull it): sleep until then, reads
+        answered from ``T`` meanwhile; woken early by a submission at ``ts``, ``m`` shrinks to
+        the steps planned before ``ts`` and the replica sleeps on to the new plan time."""
+        lag, T = self.lag, self.T
+        _, _, next_due, _, _ = self.pause_args  # type: ignore[misc]
+        if due <= (p_start if lag else T[off0]):
+            return self._took(off0, off0, due, self.na_now())
+        m = min(H, bisect_left(T, due) + lag)
+        if m <= off0:
+            return self._took(off0, off0, due, self.na_now())
+        self.k.virtual_at = self._virtual_at
+        wake = True
+        while True:
+            now = yield Nap(T[m - lag], wake)
+            if now >= T[m - lag]:
+                break
+            d = next_due()
+            if d < due:  # a submission (at now): the steps planned from now on are not quiet
+                due = d
+                m = min(m, bisect_left(T, due) + lag)
+                wake = False
+        self.k.virtual_at = None
+        self._commit(off0, m)
+        return self._took(off0, m, due, self.na_now())
+
+    def na_now(self) -> float:
+        return self.pause_args[1]()  # type: ignore[index,no-any-return]
+
+    def _virtual_at(self, t: float) -> int:
+        """The computed tokens the decoders' virtual counts lack at instant ``t`` of a lazy run
+        (what :func:`~sim.engine.fastforward.pause.pause` would set then: its ``s`` steps done,
+        sync ``i - 1`` and async ``i`` for the first step end ``T[i] >= t``)."""
+        return (self.s0 + bisect_left(self.T, t) - 1 + self.lag) * self.key[3]  # type: ignore[index]
 
     def _build(self, s: int, t: float, decoders: int, c0_sum: int, pages: int, fin: dict[int, Any], due: float,
                na: float, p_start: float, p_dt: float, key: tuple[Any, ...]) -> bool:
@@ -119,7 +166,7 @@ class QuietRuns:
         to_due = (due - (p_start if self.lag else t)) / dt1  # steps, at most (dt grows along a run)
         if to_due < MIN_RUN or (na - t) / dt1 < MIN_PIECE:
             return False  # a pull is due soon, or the router reads within a few steps: not worth it
-        if k.run_piece < MIN_PIECE:  # this replica's pieces have been short (a router reading often)
+        if k.run_piece < MIN_PIECE and not self.lazy:  # this replica's pieces have been short
             k.run_piece += 0.05  # (so that it tries again now and then)
             return False
         H = int(min(min(fin) - s - 1 if fin else HORIZON, HORIZON, to_due + 2))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from functools import partial
+from typing import Any
 
 from sim.cost import StepBatch
 from sim.engine.step import InFlight, StepKernel
@@ -18,7 +19,7 @@ Pull = Callable[[float], None]          # take in the arrivals due at a time
 NextArrival = Callable[[], float]       # a router's next possible submission
 NO_PLAN = StepPlan()  # a window step that admitted nothing (read only: its record's zero counts)
 NONE: list[Request] = []  # no request finishes in this step (read only)
-Window = Generator[float, None, tuple[float, InFlight | None]]  # a window: yields pause times
+Window = Generator[Any, Any, tuple[float, InFlight | None]]  # yields pause times (float) or naps (pause.Nap)
 
 
 def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,

@@ -49,7 +49,7 @@ PROGRESS_EVERY = 2048  # records a window appends between calls of the replica's
 
 def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None, pull_due: Pull,
                  next_arrival: NextArrival | None = None, next_due: NextArrival | None = None,
-                 pausable: bool = False, real_counts: bool = True) -> Window:
+                 pausable: bool = False, real_counts: bool = True, lazy: bool = False) -> Window:
     """Run as many steps as can be done in bulk; return ``(time, step in flight)`` at the end.
     A generator: when ``pausable`` it yields the times to sleep until while a router acts.
 
@@ -74,12 +74,12 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     if not ok:
         return t, flight
     return (yield from _window(k, order.lag, t, flight, pull_due, next_arrival, next_due, pausable,
-                               real_counts, part))
+                               real_counts, part, lazy))
 
 
 def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pull,
             next_arrival: NextArrival | None, next_due: NextArrival | None, pausable: bool,
-            real_counts: bool, part: Request | None) -> Window:
+            real_counts: bool, part: Request | None, lazy: bool) -> Window:
     sched, kv = k.sched, k.kv
     running = sched.running
     max_batched, max_seqs, seqs = sched.max_num_batched_tokens, sched.max_num_seqs, sched.seq_margin
@@ -120,7 +120,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     partial: set[int] = {part.uid} if part is not None else set()  # chunked prefills (real counts)
     cap = PROGRESS_EVERY if progress is not None else math.inf  # records before the next progress call
     runs = QuietRuns(k, lag, buckets, (usable, nulls), register, append_block,  # type: ignore[arg-type]
-                     (running, next_arrival, next_due, real_counts) if pausable else None) \
+                     (running, next_arrival, next_due, real_counts, lazy) if pausable else None) \
         if lin is not None and quiet and append_block is not None else None
     while decoders:
         s1 = s + 1
