@@ -73,7 +73,9 @@ def test_default_runs_are_taken_on_a_light_fleet() -> None:
 
 LAZY = [c for c in CASES if c[0] in ("paged-sync-lot", "paged-async-lot", "ties-sync")] + [
     ("ties-async-lot", {"cost_model": "constant:0.01", "num_gpu_blocks": 300, "max_model_len": 2048},
-     "ties", "least-outstanding-tokens")]
+     "ties", "least-outstanding-tokens"),
+    ("offload-lot", {"num_gpu_blocks": 400, "block_size": 8, "max_model_len": 3192, "kv_offloading_size": 0.05},
+     "azure", "least-outstanding-tokens")]
 
 
 @pytest.mark.parametrize("name, cfg_kw, trace, router", LAZY, ids=[c[0] for c in LAZY])
