@@ -27,17 +27,16 @@ import simpy
 from sim.engine.fastforward.ordering import order_of
 from sim.engine.fastforward.pause import Nap
 from sim.engine.fastforward.window import Window, fast_forward
+from sim.engine.sleep import sleep_or_wake, sleep_until
 from sim.engine.step import InFlight, StepKernel
-from sim.io.records import StepLog
+from sim.engine.views import KernelViews
 from sim.io.rejects import KV_POOL, Rejection
-from sim.kv.base import KvAllocator
 from sim.request import Request, Status
-from sim.sched.scheduler import Scheduler
 
 NEVER_FITS = "cannot be scheduled even on an idle engine: does not fit the KV pool"  # code kv_pool
 
 
-class Replica:
+class Replica(KernelViews):
     """One serving instance: a step kernel (scheduler + allocator + cost model) driven by SimPy."""
 
     def __init__(
@@ -71,35 +70,6 @@ class Replica:
         #: the time of the step being planned (also inside a fast-forward window): KV events' stamp
         self.clock = 0.0
         self.process = env.process(self._loop())
-
-    # ---- views --------------------------------------------------------------------------------
-    @property
-    def sched(self) -> Scheduler:
-        return self.kernel.sched
-
-    @property
-    def kv(self) -> KvAllocator:
-        return self.kernel.kv
-
-    @property
-    def log(self) -> StepLog:
-        return self.kernel.log
-
-    @property
-    def step(self) -> int:
-        return self.kernel.step
-
-    @property
-    def finished(self) -> list[Request]:
-        return self.kernel.finished
-
-    @property
-    def busy_s(self) -> float:
-        return self.kernel.busy_s
-
-    @property
-    def ff_steps(self) -> int:
-        return self.kernel.ff_steps
 
     # ---- arrivals -----------------------------------------------------------------------------
     def submit(self, req: Request) -> None:
@@ -227,7 +197,7 @@ class Replica:
             if t > env.now:
                 if self.on_progress:
                     self.on_progress(self)
-                yield from self._sleep_until(t)
+                yield from sleep_until(self.env, t)
                 if self.check:
                     k.kv.check(sched.running)
 
@@ -247,17 +217,12 @@ class Replica:
             return stop.value  # type: ignore[no-any-return]
 
     def _nap(self, nap: Nap) -> Generator[simpy.Event, Any, None]:
-        """Sleep until exactly ``nap.until``, or (``wakeable``) until a submission wakes the loop."""
-        env = self.env
+        """Sleep until ``nap.until``, or (``wakeable``) until a submission wakes the loop."""
         if not nap.wakeable:
-            yield from self._sleep_until(nap.until)
+            yield from sleep_until(self.env, nap.until)
             return
-        self._wake = wake = env.event()
-        t = nap.until
-        if env.now + (t - env.now) != t:  # the midpoint hop of _sleep_until
-            yield env.timeout((t - env.now) / 2) | wake
-        if not wake.triggered:
-            yield env.timeout(t - env.now) | wake
+        self._wake = self.env.event()
+        yield from sleep_or_wake(self.env, nap.until, self._wake)
         self._wake = None
 
     def _wait_for_work(self) -> Generator[simpy.Event, Any, bool]:
@@ -311,16 +276,3 @@ class Replica:
             self.on_step(self)
         if self.on_progress:
             self.on_progress(self)
-
-    def _sleep_until(self, t: float) -> Generator[simpy.Event, Any, None]:
-        """Advance SimPy time to exactly ``t`` (the fast-forward's float sum of step times).
-
-        ``now + (t - now)`` is not always ``t`` in floating point when ``t > 2 now``; a hop to
-        the midpoint first makes the second difference exact (Sterbenz), so the clock lands
-        on the same float an exact step-by-step run reaches.
-        """
-        env = self.env
-        if env.now + (t - env.now) != t:
-            yield env.timeout((t - env.now) / 2)
-        yield env.timeout(t - env.now)
-        assert env.now == t, (env.now, t)
