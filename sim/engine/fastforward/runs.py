@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from functools import reduce
+from operator import add
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -65,7 +67,7 @@ class QuietRuns:
         """A run is laid out from ``s + 1`` on (the one laid out still holds, or a new one pays)."""
         key = (decoders, c0_sum, qnw, nrun, shared)
         off = s - self.s0 if self.key == key else -1  # where the laid-out run stands, if it still holds
-        cached = 0 <= off < self.H and self.T[off] == t and self.P[off] == pages and self.F[off] == self.fq.size
+        cached = 0 <= off < self.H and self.T[off] == t and self._p(off) == pages and self._f(off) == self.fq.size
         if self.lazy:
             na = math.inf  # the router's next read bounds no piece
         if not cached and (self.no_run == (key, due, na)
@@ -114,7 +116,7 @@ class QuietRuns:
         n = off - off0
         if n:
             decoders, c0_sum = self.key[0], self.key[1]  # type: ignore[index]
-            self.t, self.pages, self.ctx = self.T[off], self.P[off], c0_sum + decoders * (self.s0 + off)
+            self.t, self.pages, self.ctx = self.T[off], self._p(off), c0_sum + decoders * (self.s0 + off)
             self.p_start, self.p_dt = self.T[off - 1], self.dt[off - 1]
         return n
 
@@ -193,11 +195,10 @@ class QuietRuns:
         if not self.lag and self.register is not None:
             ev |= sizes[(steps + 1) % B] > 0  # sync: the blocks that fill are registered then
         # laid out once as Python lists: a commit slices them (no numpy per piece)
-        self.dt = dt.tolist()
-        self.durs = self.rec["duration_s"].tolist()  # what each committed step adds to the busy time
+        self.dt = dl = dt.tolist()
+        self.durs = [p_dt, *dl[:-1]] if self.lag else dl  # what each committed step adds to the busy time
         self.T = T.tolist()
-        self.P = [pages, *P.tolist()]
-        self.F = [self.fq.size, *free.tolist()]
+        self.P, self.F, self.P0, self.F0 = P, free, pages, self.fq.size  # pages and free blocks, by offset
         self.ev = (np.flatnonzero(ev) + 1).tolist()     # offsets of steps with pool operations
         self.cross = (np.flatnonzero(bsz) + 1).tolist()  # offsets of steps that take blocks
         self.s0, self.H, self.key = s, H, key
@@ -222,6 +223,12 @@ class QuietRuns:
         rec["external_frag_slots"], rec["free_slots"], rec["shared_blocks_saved"] = self.nulls, free * B, shared
         return rec
 
+    def _p(self, off: int) -> int:
+        return self.P0 if off == 0 else int(self.P[off - 1])
+
+    def _f(self, off: int) -> int:
+        return self.F0 if off == 0 else int(self.F[off - 1])
+
     def _pool_ops(self, a: int, b: int) -> None:
         """The block appends and registrations of run steps ``a+1 .. b``, in step order."""
         ev, buckets, s0 = self.ev, self.buckets, self.s0
@@ -237,15 +244,11 @@ class QuietRuns:
         margin = k.kv.headroom
         cross = self.cross
         if margin is not None and bisect_right(cross, b) > bisect_right(cross, a):
-            low = self.F[b]  # free blocks only fall along a run: the last boundary step's slack
+            low = self._f(b)  # free blocks only fall along a run: the last boundary step's slack
             if low < margin.pass_min:
                 margin.pass_min = low
         k.log.extend(self.rec[a:b])
-        durs = self.durs[a:b]
-        busy = k.busy_s
-        for d in durs:
-            busy += d
-        k.busy_s = busy
+        k.busy_s = reduce(add, self.durs[a:b], k.busy_s)  # one float sum after another, as step by step
         k.step += n
         k.ff_steps += n
         k.bulk_steps += n
