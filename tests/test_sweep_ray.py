@@ -102,15 +102,16 @@ def test_local_ray_matches_process_pool(small_trace: Path, tmp_path: Path, local
 
 
 def test_ray_retries_a_dead_worker(small_trace: Path, tmp_path: Path, local_table: pd.DataFrame) -> None:
-    from sim.sweep import run_point
+    from sim.sweep.worker import run_points
 
     marker = tmp_path / "died-once"
 
-    def dies_once(p, trace):  # type: ignore[no-untyped-def]
-        if p.columns.get("max_num_seqs") == 8 and p.columns.get("block_size") == 16 and not marker.exists():
+    def dies_once(task, trace):  # type: ignore[no-untyped-def]
+        hit = any(p.columns.get("max_num_seqs") == 8 and p.columns.get("block_size") == 16 for p in task)
+        if hit and not marker.exists():
             marker.touch()
             os._exit(1)
-        return run_point(p, trace)
+        return run_points(task, trace)
 
     pts = expand(GRID, BASE, small_trace)
     run = run_sweep(pts, tmp_path / "ray", backend="ray", jobs=2, ray_fn=dies_once)
@@ -129,3 +130,16 @@ def test_cli_against_head_node_by_address(ray_head: tuple[str, dict[str, str]], 
     assert done.returncode == 0, done.stderr[-3000:]
     df = pd.read_parquet(tmp_path / "o" / "sweep.parquet")
     pd.testing.assert_frame_equal(_comparable(df), _comparable(local_table))
+
+
+def test_ray_derives_pool_knob_points_as_the_process_pool_does(small_trace: Path, tmp_path: Path) -> None:
+    """Ray tasks are whole classes of points too (sim/sweep/driver.py): the points that differ
+    only in pool knobs are derived from one simulated base, and equal the local rows."""
+    grid = {"gpu_memory_utilization": [0.5, 0.8, 0.95], "block_size": [16, 32]}
+    pts = expand(grid, {"model": "llama-3.1-8b", "gpu": "h100"}, small_trace)
+    pool = run_sweep(pts, tmp_path / "pool", jobs=2).table
+    ray_run = run_sweep(pts, tmp_path / "ray", backend="ray", jobs=2)
+    derived = (ray_run.table["derived_from"] != "").sum()
+    assert derived >= 2, ray_run.table[["key", "derived_from"]]   # 2 of 3 per block size
+    assert derived == (pool["derived_from"] != "").sum()
+    pd.testing.assert_frame_equal(_comparable(ray_run.table), _comparable(pool))

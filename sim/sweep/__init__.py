@@ -21,7 +21,7 @@ One concept per module:
 
 from __future__ import annotations
 
-from sim.sweep.driver import PointFn, ProgressFn, SweepRun, run_sweep
+from sim.sweep.driver import ProgressFn, SweepRun, TaskFn, run_sweep
 from sim.sweep.expansion import IRRELEVANT, expand
 from sim.sweep.grid import TRACE_KEY, load_grid_yaml, parse_sets
 from sim.sweep.point import Point, point_key
@@ -29,6 +29,6 @@ from sim.sweep.row import PROVENANCE_COLUMNS, TIMING_COLUMNS, failed_row
 from sim.sweep.store import SweepStore
 from sim.sweep.worker import run_point
 
-__all__ = ["IRRELEVANT", "PROVENANCE_COLUMNS", "TIMING_COLUMNS", "TRACE_KEY", "Point", "PointFn", "ProgressFn",
-           "SweepRun", "SweepStore", "expand", "failed_row", "load_grid_yaml",
+__all__ = ["IRRELEVANT", "PROVENANCE_COLUMNS", "TIMING_COLUMNS", "TRACE_KEY", "Point", "ProgressFn",
+           "SweepRun", "SweepStore", "TaskFn", "expand", "failed_row", "load_grid_yaml",
            "parse_sets", "point_key", "run_point", "run_sweep"]

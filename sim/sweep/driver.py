@@ -1,16 +1,17 @@
 """The sweep driver: skip what ``DIR`` already holds, run the rest on :mod:`sim.run.executor`, store
 each row as it arrives, compact.
 
-Local workers read each trace from its path themselves (cached per process, see
-``worker.py``); for Ray the driver loads every trace once and ships it with ``ray.put``, since
-workers on other machines may not have the file.
+Both backends send each class of points (:func:`classes`) to one worker as one task, so the
+worker derives what it can from one simulated base (``derive.py``). Local workers read each
+trace from its path themselves (cached per process, see ``worker.py``); for Ray the driver loads
+every trace once and ships it with ``ray.put``, since workers on other machines may not have
+the file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,11 @@ from sim.sweep.derive import class_key
 from sim.sweep.point import Point
 from sim.sweep.row import failed_row
 from sim.sweep.store import SweepStore
-from sim.sweep.worker import run_point, run_points
+from sim.sweep.worker import run_points
 from workloads import Trace, load_trace
 
 ProgressFn = Callable[[int, int, int], None]  # (done, total, failed)
-PointFn = Callable[[Point, Trace | None], dict[str, Any]]
+TaskFn = Callable[[list[Point], Trace | None], list[dict[str, Any]]]  # a class of points -> their rows
 
 
 @dataclass(slots=True)
@@ -53,13 +54,17 @@ def classes(points: list[Point], jobs: int) -> list[list[Point]]:
     return tasks
 
 
+def _trace_of(task: list[Point]) -> str:
+    return task[0].trace_hash  # a class holds points of one trace
+
+
 def _lost(task: list[Point], reason: str) -> list[dict[str, Any]]:
     return [failed_row(p, reason) for p in task]
 
 
 def run_sweep(points: list[Point], out: Path, *, backend: str = "local", jobs: int = 1,
               address: str | None = None, max_retries: int = 3, retry_failed: bool = False,
-              progress: ProgressFn | None = None, ray_fn: PointFn = run_point) -> SweepRun:
+              progress: ProgressFn | None = None, ray_fn: TaskFn = run_points) -> SweepRun:
     """Run the points not yet recorded under ``out``; return the compacted table.
 
     ``ray_fn`` replaces the Ray task body (tests use it to kill a worker on purpose).
@@ -72,13 +77,13 @@ def run_sweep(points: list[Point], out: Path, *, backend: str = "local", jobs: i
     skipped = len(points) - len(todo)
     if backend == "ray":
         traces = {p.trace_hash: p.trace_path for p in todo}
-        rows: Iterator[dict[str, Any]] = (row for _, row in completed(
-            ray_fn, todo, {h: load_trace(path) for h, path in traces.items()}, key=attrgetter("trace_hash"),
-            backend="ray", workers=jobs, address=address, max_retries=max_retries, lost=failed_row))
+        tasks = completed(ray_fn, classes(todo, jobs), {h: load_trace(path) for h, path in traces.items()},
+                          key=_trace_of, backend="ray", workers=jobs, address=address, max_retries=max_retries,
+                          lost=_lost)
     else:
         tasks = completed(run_points, classes(todo, jobs), backend="local", workers=jobs, max_retries=max_retries,
                           start="spawn", lost=_lost)
-        rows = (row for _, task_rows in tasks for row in task_rows)  # a task: one class (derive.py)
+    rows: Iterator[dict[str, Any]] = (row for _, task_rows in tasks for row in task_rows)  # a task: one class
     ran = failed = 0
     if progress:
         progress(0, len(todo), 0)

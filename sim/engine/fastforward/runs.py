@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Generator
 from functools import reduce
 from operator import add
-from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -180,9 +180,8 @@ class QuietRuns:
         bsz = sizes[steps % B]
         cum = np.cumsum(bsz)
         free = self.fq.size - cum
-        short = np.flatnonzero(free < 0)
-        if len(short):  # that step could preempt: the window goes exact before it
-            H = int(short[0])
+        if free[-1] < 0:  # a step could preempt (free blocks only fall): the window goes exact before it
+            H = int(np.argmax(free < 0))
             if H < MIN_RUN:
                 return False
             steps, bsz, cum, free = steps[:H], bsz[:H], cum[:H], free[:H]
@@ -191,16 +190,16 @@ class QuietRuns:
         dt = times(ctx, P)
         T = np.concatenate(([t], dt)).cumsum()  # T[j]: end of step j (sequential sums, as t += dt)
         self.rec = self._records(H, T, p_start, p_dt, dt, ctx, free, key)
-        ev = bsz > 0
-        if not self.lag and self.register is not None:
-            ev |= sizes[(steps + 1) % B] > 0  # sync: the blocks that fill are registered then
         # laid out once as Python lists: a commit slices them (no numpy per piece)
         self.dt = dl = dt.tolist()
         self.durs = [p_dt, *dl[:-1]] if self.lag else dl  # what each committed step adds to the busy time
         self.T = T.tolist()
         self.P, self.F, self.P0, self.F0 = P, free, pages, self.fq.size  # pages and free blocks, by offset
-        self.ev = (np.flatnonzero(ev) + 1).tolist()     # offsets of steps with pool operations
         self.cross = (np.flatnonzero(bsz) + 1).tolist()  # offsets of steps that take blocks
+        if not self.lag and self.register is not None:  # sync: the blocks that fill are registered then
+            self.ev = (np.flatnonzero((bsz > 0) | (sizes[(steps + 1) % B] > 0)) + 1).tolist()
+        else:
+            self.ev = self.cross  # offsets of steps with pool operations
         self.s0, self.H, self.key = s, H, key
         return True
 
