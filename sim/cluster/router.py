@@ -19,8 +19,11 @@ options, ``name[:key=value,...]``::
 replica's fast-forward window never completes a step that ends at or after the router's next
 arrival unseen: it waits there, in the state the exact loop would be in at ``t`` (its
 decoders' counts made real, or their sum corrected), on the router's :meth:`Router.routed`
-event, and goes on once the router has routed (:mod:`sim.engine.fastforward.pause`). The
-decisions -- hence all outputs -- are bit-identical to ``--exact-steps`` (tested).
+event, and goes on once the router has routed (:mod:`sim.engine.fastforward.pause`). For a
+router that reads only outstanding tokens (``RouterSpec.reads_only_totals``) a run of quiet
+steps does not even wait: it answers the read from its laid-out step ends and sleeps until a
+request is routed to it (lazy reads). The decisions -- hence all outputs -- are bit-identical
+to ``--exact-steps`` (tested).
 """
 
 from __future__ import annotations
