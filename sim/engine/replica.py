@@ -24,7 +24,7 @@ from typing import Any
 
 import simpy
 
-from sim.engine.fastforward.ordering import order_of
+from sim.engine.fastforward.ordering import Order, order_of
 from sim.engine.fastforward.pause import Nap
 from sim.engine.fastforward.window import Window, fast_forward
 from sim.engine.sleep import sleep_or_wake, sleep_until
@@ -174,6 +174,10 @@ class Replica(KernelViews):
                 plan.num_preempted += unrecorded
                 unrecorded = 0
                 flight = k.launch(plan, env.now, sample=bool(lag))
+                if lag and not self.exact_steps:  # async: the window takes the step just launched
+                    flight = yield from self._forward(order, flight)
+                    if flight is None:
+                        continue
             nxt = None
             if lag:
                 self._pull(env.now)  # arrivals received by the time `flight` started
@@ -189,17 +193,24 @@ class Replica(KernelViews):
                     unrecorded += nxt.num_preempted
             if self.exact_steps or (lag and flight is None):
                 continue
-            pausable = self._routed is not None
-            hint = self._router_next if pausable else self._next_arrival_hint if self._router_next is not None else None
-            t, flight = yield from self._drive(fast_forward(k, order, env.now, flight, self._pull_due, hint,
-                                                            self.next_own_arrival, pausable, self._real_counts,
-                                                            self._lazy))
-            if t > env.now:
-                if self.on_progress:
-                    self.on_progress(self)
-                yield from sleep_until(self.env, t)
-                if self.check:
-                    k.kv.check(sched.running)
+            flight = yield from self._forward(order, flight)
+
+    def _forward(self, order: Order, flight: InFlight | None) -> Generator[simpy.Event, Any, InFlight | None]:
+        """Fast-forward from here (async: ``flight`` just launched, the next step not planned);
+        sleep to where the window ended; return the step then in flight."""
+        env, k = self.env, self.kernel
+        pausable = self._routed is not None
+        hint = self._router_next if pausable else self._next_arrival_hint if self._router_next is not None else None
+        t, flight = yield from self._drive(fast_forward(k, order, env.now, flight, self._pull_due, hint,
+                                                        self.next_own_arrival, pausable, self._real_counts,
+                                                        self._lazy))
+        if t > env.now:
+            if self.on_progress:
+                self.on_progress(self)
+            yield from sleep_until(env, t)
+            if self.check:
+                k.kv.check(k.sched.running)
+        return flight
 
     def _drive(self, window: Window) -> Generator[simpy.Event, Any, tuple[float, InFlight | None]]:
         """Run a fast-forward window; while it waits for the router (at the router's next
