@@ -16,8 +16,9 @@ the boundary steps one by one in step order, the step counters and busy time. A 
 before a pull is due or a router arrival falls in a step; a live router's pause is taken
 inside the run (:func:`~sim.engine.fastforward.pause.pause`, the state then is the exact
 loop's) and the run goes on when nothing changed; a router that reads only outstanding tokens
-is answered from ``T`` while the replica naps through the run (:meth:`QuietRuns._take_lazy`). Commits equal the quiet steps of
-:mod:`sim.engine.fastforward.window` one at a time, bit for bit (tests lower ``MIN_RUN``).
+is answered from ``T`` while the replica naps through the run (:meth:`QuietRuns._take_lazy`).
+Commits equal the quiet steps of :mod:`sim.engine.fastforward.window` one at a time, bit for
+bit (tests lower ``MIN_RUN``).
 
 Arrays pay only for long runs and long pieces: a run is laid out when it can reach ``MIN_RUN``
 steps and the router's next read is ``MIN_PIECE`` steps away, and not while this replica's
