@@ -13,7 +13,8 @@ their ratios are measured under the same load:
 The two live runs are bit-identical to their exact-stepped versions (tests/test_router_live.py).
 Live routing reads every replica at every arrival; each replica's fast-forward window waits
 for the router there and goes on (sim/engine/fastforward/pause.py), so live costs little more
-than static.
+than static; least-outstanding-tokens reads only totals, which a run of quiet steps answers
+without stopping (lazy reads, the same module).
 
 The cost model is the default one; ``--serving-stack vllm-2023`` replays with the stack that
 was the default when the issue measured (eager launch floors: longer steps, so ~2.1x fewer of
