@@ -91,6 +91,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--compare-pausing", action="store_true",
+                    help="replay again with lazy router reads off (windows pause at every arrival); print the ratio")
     args = ap.parse_args()
     if args.trace is None:
         raise SystemExit("no trace: set KVSIM_DATA (a folder with traces/azure_llm_2023/) or pass --trace")
@@ -111,6 +113,14 @@ def main() -> None:
           f"{sum(res.preemptions):,} preemptions; TTFT p99 {res.ttft_s.p99:.3f} s, TPOT p99 {res.tpot_s.p99:.4f} s")
     print(f"wall {wall:.1f} s (target <= 120 s), peak RSS {peak_rss_gib():.2f} GiB (target <= 4 GiB)"
           + (f"; wrote {args.out}" if args.out else "; summary only"))
+    if args.compare_pausing:  # the same replay in this process, each replica pausing at every arrival
+        t2 = time.perf_counter()
+        paused = replay_streamed([cfg] * args.replicas, trace, args.router, None, lazy_reads=False)
+        wall2 = time.perf_counter() - t2
+        same = (paused.num_steps, paused.ttft_s, paused.tpot_s, paused.e2e_s) == (res.num_steps, res.ttft_s,
+                                                                                    res.tpot_s, res.e2e_s)
+        print(f"pausing at every arrival: {wall2:.1f} s, {wall2 / wall:.2f}x the lazy-read replay "
+              f"({'the same' if same else 'DIFFERENT'} steps and percentiles)")
 
 
 if __name__ == "__main__":

@@ -161,3 +161,17 @@ def test_a_long_window_still_drains_its_records(bundled_trace: Trace, monkeypatc
     exact = res.summary.num_steps - res.summary.fast_forward_steps  # about one per window
     assert res.summary.num_steps > 4 * (64 + 128) * max(exact, 1), "no long window: proves nothing"
     assert max(seen) <= 64 + 128
+
+
+def test_streamed_fleet_is_the_same_with_lazy_reads_off(bundled_trace: Trace, tmp_path: Path) -> None:
+    """``lazy_reads=False`` (every replica pauses at every arrival: bench_day --compare-pausing)
+    writes the same rows as the default, where quiet runs answer the router from their arrays."""
+    from sim.cluster.stream_replay import replay_streamed
+
+    cfgs = [make_config(**SMALL)] * 3
+    lazy = replay_streamed(cfgs, bundled_trace, "least-outstanding-tokens", tmp_path / "lazy")
+    paused = replay_streamed(cfgs, bundled_trace, "least-outstanding-tokens", tmp_path / "paused", lazy_reads=False)
+    assert (lazy.num_steps, lazy.ttft_s, lazy.e2e_s) == (paused.num_steps, paused.ttft_s, paused.e2e_s)
+    for name in ["requests.parquet", "replica.parquet", *(f"steps-{i}.parquet" for i in range(3))]:
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "lazy" / name),
+                                      pd.read_parquet(tmp_path / "paused" / name), check_exact=True)

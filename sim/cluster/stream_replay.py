@@ -49,8 +49,11 @@ class FleetSummary:
 
 
 def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "least-outstanding-tokens",
-                    out: Path | None = None) -> FleetSummary:
-    """Replay ``trace`` through one replica per config behind ``router``, in bounded memory."""
+                    out: Path | None = None, *, lazy_reads: bool = True) -> FleetSummary:
+    """Replay ``trace`` through one replica per config behind ``router``, in bounded memory.
+
+    ``lazy_reads=False`` makes every replica pause at every arrival even for a router that reads
+    only totals (the same outputs, slower: for benchmarks)."""
     if not cfgs:
         raise ConfigError("a fleet needs at least one replica")
     spec = parse_router(router)
@@ -77,7 +80,7 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
         rt = Router(env, reps, reqs, choose, state)
         for rep in reps:  # live routing keeps fast-forward (windows wait for the router)
             rep.follow_router(rt.next_arrival, routed=rt.routed, real_counts=spec.reads_request_counts,
-                             lazy_reads=spec.reads_only_totals)
+                             lazy_reads=lazy_reads and spec.reads_only_totals)
         assigned = rt.assigned
     env.run()
     stats = tuple(s.close(rep.log, rep.kv.paged) for s, rep in zip(sinks, reps, strict=True))
