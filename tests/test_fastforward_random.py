@@ -53,3 +53,16 @@ def draw(seed: int) -> tuple[dict[str, Any], Any]:
 def test_fast_forward_is_bit_identical_on_a_random_configuration(seed: int) -> None:
     kw, trace = draw(seed)
     assert_fast_forward_identical(kw, trace, check=True)
+
+
+@pytest.mark.parametrize("seed", range(100, 100 + CASES))
+def test_a_random_fleet_behind_least_outstanding_tokens_is_bit_identical(seed: int,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three replicas of a random configuration behind the totals-only router, with array runs
+    forced down to 2 steps: lazy reads (sim/engine/fastforward/pause.py) equal ``--exact-steps``."""
+    import sim.engine.fastforward.runs as runs
+    from tests.test_router_live import both
+
+    monkeypatch.setattr(runs, "MIN_RUN", 2)
+    kw, trace = draw(seed)
+    both(kw, trace, "least-outstanding-tokens")
