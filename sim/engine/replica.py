@@ -27,7 +27,7 @@ import simpy
 from sim.engine.fastforward.ordering import Order, order_of
 from sim.engine.fastforward.pause import Nap
 from sim.engine.fastforward.window import Window, fast_forward
-from sim.engine.sleep import sleep_or_wake, sleep_until
+from sim.engine.sleep import sleep_until
 from sim.engine.step import InFlight, StepKernel
 from sim.engine.views import KernelViews
 from sim.io.rejects import KV_POOL, Rejection
@@ -229,11 +229,8 @@ class Replica(KernelViews):
 
     def _nap(self, nap: Nap) -> Generator[simpy.Event, Any, None]:
         """Sleep until ``nap.until``, or (``wakeable``) until a submission wakes the loop."""
-        if not nap.wakeable:
-            yield from sleep_until(self.env, nap.until)
-            return
-        self._wake = self.env.event()
-        yield from sleep_or_wake(self.env, nap.until, self._wake)
+        self._wake = self.env.event() if nap.wakeable else None
+        yield from sleep_until(self.env, nap.until, self._wake)
         self._wake = None
 
     def _wait_for_work(self) -> Generator[simpy.Event, Any, bool]:

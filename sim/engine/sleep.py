@@ -13,17 +13,14 @@ from typing import Any
 import simpy
 
 
-def sleep_until(env: simpy.Environment, t: float) -> Generator[simpy.Event, Any, None]:
-    """Advance ``env.now`` to exactly ``t``."""
-    if env.now + (t - env.now) != t:
-        yield env.timeout((t - env.now) / 2)
-    yield env.timeout(t - env.now)
-    assert env.now == t, (env.now, t)
+def sleep_until(env: simpy.Environment, t: float, wake: simpy.Event | None = None) -> Generator[simpy.Event, Any, None]:
+    """Advance ``env.now`` to exactly ``t``; with ``wake``, or less: until it fires (then
+    ``env.now < t``)."""
+    def hop(dt: float) -> simpy.Event:
+        return env.timeout(dt) if wake is None else env.timeout(dt) | wake
 
-
-def sleep_or_wake(env: simpy.Environment, t: float, wake: simpy.Event) -> Generator[simpy.Event, Any, None]:
-    """:func:`sleep_until` ``t``, or less: until ``wake`` fires (then ``env.now < t``)."""
     if env.now + (t - env.now) != t:
-        yield env.timeout((t - env.now) / 2) | wake
-    if not wake.triggered:
-        yield env.timeout(t - env.now) | wake
+        yield hop((t - env.now) / 2)
+    if wake is None or not wake.triggered:
+        yield hop(t - env.now)
+    assert wake is not None or env.now == t, (env.now, t)
