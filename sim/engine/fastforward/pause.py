@@ -32,10 +32,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Generator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sim.engine.fastforward.decoders import shift
 from sim.engine.step import StepKernel
 from sim.request import Request
+
+
+class Pausing(NamedTuple):
+    """What a window's runs need to wait for a live router (:func:`pause`) or nap through it."""
+
+    running: list[Request]
+    next_arrival: Callable[[], float]   # the router's next arrival
+    next_due: Callable[[], float]       # the replica's next own arrival
+    real_counts: bool                   # the router reads per-request counts
+    lazy: bool                          # ... or only totals, and nothing else reads (lazy reads)
 
 
 @dataclass(frozen=True, slots=True)

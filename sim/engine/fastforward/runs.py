@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from sim.engine.fastforward.decoders import boundary
-from sim.engine.fastforward.pause import Nap, pause
+from sim.engine.fastforward.pause import Nap, Pausing, pause
 from sim.engine.step import StepKernel
 from sim.io.records import STEP_DTYPE
 
@@ -52,12 +52,12 @@ class QuietRuns:
 
     def __init__(self, k: StepKernel, lag: int, buckets: list[list[Any]], lin: tuple[int, int],
                  register: Callable[[list[Any], int], None] | None, append_block: Callable[[list[Any]], None],
-                 pause_args: tuple[Any, ...] | None) -> None:
+                 pausing: Pausing | None) -> None:
         self.k, self.lag, self.buckets, self.B = k, lag, buckets, len(buckets)
         self.usable, self.nulls = lin
         self.register, self.append_block = register, append_block
-        self.pause_args = pause_args  # (running, next_arrival, next_due, real_counts, lazy) when pausable
-        self.lazy = pause_args is not None and pause_args[4]  # the router's reads need no pause (pause.py)
+        self.pausing = pausing  # None: not pausable (the window ends or hands over at the router)
+        self.lazy = pausing is not None and pausing.lazy  # the router's reads need no pause (pause.py)
         self.fq = k.decode_blocks.pool.free_queue  # type: ignore[union-attr]
         self.key: tuple[Any, ...] | None = None
         self.no_run: tuple[Any, ...] | None = None  # the state at the last refused run
@@ -102,13 +102,13 @@ class QuietRuns:
                 self._commit(off, m)
                 off = m
                 continue
-            if self.pause_args is None or (not lag and T[off] >= na):
+            p = self.pausing
+            if p is None or (not lag and T[off] >= na):
                 break  # the window ends or hands over here
             self._pool_ops(off, off + 1)  # step off+1 planned, the router reads mid-flight
-            running, next_arrival, next_due, real_counts, _ = self.pause_args
-            na = yield from pause(self.k, running, self.s0 + off, (), T[off + 1 - lag], na, next_arrival,
-                                  real_counts)
-            due = next_due()
+            na = yield from pause(self.k, p.running, self.s0 + off, (), T[off + 1 - lag], na, p.next_arrival,
+                                  p.real_counts)
+            due = p.next_due()
             self._commit(off, off + 1, ops=False)
             off += 1
         return self._took(off0, off, due, na)
@@ -129,30 +129,27 @@ class QuietRuns:
         after them (``T[m - lag]``, the first plan that could pull it): sleep until then, reads
         answered from ``T`` meanwhile; woken early by a submission at ``ts``, ``m`` shrinks to
         the steps planned before ``ts`` and the replica sleeps on to the new plan time."""
-        lag, T = self.lag, self.T
-        _, _, next_due, _, _ = self.pause_args  # type: ignore[misc]
+        lag, T, p = self.lag, self.T, self.pausing
+        assert p is not None  # lazy runs are pausable
         if due <= (p_start if lag else T[off0]):
-            return self._took(off0, off0, due, self.na_now())
+            return self._took(off0, off0, due, p.next_arrival())
         m = min(H, bisect_left(T, due) + lag)
         if m <= off0:
-            return self._took(off0, off0, due, self.na_now())
+            return self._took(off0, off0, due, p.next_arrival())
         self.k.virtual_at = self._virtual_at
         wake = True
         while True:
             now = yield Nap(T[m - lag], wake)
             if now >= T[m - lag]:
                 break
-            d = next_due()
+            d = p.next_due()
             if d < due:  # a submission (at now): the steps planned from now on are not quiet
                 due = d
                 m = min(m, bisect_left(T, due) + lag)
                 wake = False
         self.k.virtual_at = None
         self._commit(off0, m)
-        return self._took(off0, m, due, self.na_now())
-
-    def na_now(self) -> float:
-        return self.pause_args[1]()  # type: ignore[index,no-any-return]
+        return self._took(off0, m, due, p.next_arrival())
 
     def _virtual_at(self, t: float) -> int:
         """The computed tokens the decoders' virtual counts lack at instant ``t`` of a lazy run

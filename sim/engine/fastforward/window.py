@@ -36,7 +36,7 @@ from sim.engine.fastforward.chunked import carried, next_chunk
 from sim.engine.fastforward.decoders import boundary, by_seq, join, leave, uids
 from sim.engine.fastforward.handover import close, hand_over
 from sim.engine.fastforward.ordering import Order
-from sim.engine.fastforward.pause import pause
+from sim.engine.fastforward.pause import Pausing, pause
 from sim.engine.fastforward.runs import QuietRuns
 from sim.engine.fastforward.steps import NO_PLAN, NONE, NextArrival, Pull, Window, land, new_batch
 from sim.engine.step import InFlight, StepKernel
@@ -120,7 +120,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     partial: set[int] = {part.uid} if part is not None else set()  # chunked prefills (real counts)
     cap = PROGRESS_EVERY if progress is not None else math.inf  # records before the next progress call
     runs = QuietRuns(k, lag, buckets, (usable, nulls), register, append_block,  # type: ignore[arg-type]
-                     (running, next_arrival, next_due, real_counts, lazy) if pausable else None) \
+                     Pausing(running, next_arrival, next_due, real_counts, lazy)  # type: ignore[arg-type]
+                     if pausable else None) \
         if lin is not None and quiet and append_block is not None else None
     while decoders:
         s1 = s + 1
