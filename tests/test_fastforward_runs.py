@@ -13,10 +13,8 @@ from tests.helpers import BUNDLED, assert_fast_forward_identical, mooncake_slice
 from tests.test_router_live import CASES, azure, both
 
 
-@pytest.fixture
-def committed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Steps committed by runs during the test (MIN_RUN lowered to 2)."""
-    monkeypatch.setattr(runs, "MIN_RUN", 2)
+def count_commits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The steps of each run commit from now on, in order."""
     seen: list[int] = []
     commit = runs.QuietRuns._commit
 
@@ -26,6 +24,13 @@ def committed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(runs.QuietRuns, "_commit", count)
     return seen
+
+
+@pytest.fixture
+def committed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Steps committed by runs during the test (MIN_RUN lowered to 2)."""
+    monkeypatch.setattr(runs, "MIN_RUN", 2)
+    return count_commits(monkeypatch)
 
 
 @pytest.mark.parametrize("kw", [
@@ -54,20 +59,10 @@ def test_runs_pause_for_a_live_router_as_steps_do(committed: list[int], name: st
     assert sum(committed) > 50, "no run was committed: the test proves nothing"
 
 
-def test_default_runs_are_taken_on_a_light_fleet() -> None:
+def test_default_runs_are_taken_on_a_light_fleet(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the default MIN_RUN, a lightly loaded fleet (few decoders, long gaps) lays runs out."""
-    seen: list[int] = []
-    commit = runs.QuietRuns._commit
-
-    def count(self: runs.QuietRuns, a: int, b: int, ops: bool = True) -> None:
-        seen.append(b - a)
-        commit(self, a, b, ops)
-
-    runs.QuietRuns._commit = count  # type: ignore[method-assign]
-    try:
-        ff = both({"model": "llama-3.1-8b", "gpu": "h100"}, azure(120, speed=0.5), "least-outstanding-tokens", n=4)
-    finally:
-        runs.QuietRuns._commit = commit  # type: ignore[method-assign]
+    seen = count_commits(monkeypatch)
+    ff = both({"model": "llama-3.1-8b", "gpu": "h100"}, azure(120, speed=0.5), "least-outstanding-tokens", n=4)
     assert sum(seen) > ff.ff_steps / 2
 
 
