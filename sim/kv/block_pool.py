@@ -107,18 +107,26 @@ class BlockPool:
         out: list[int] = []
         add = out.append
         b = nxt[head]
-        for _ in range(n):
-            add(b)
-            key = bh[b]
-            if key is not None:
-                if not dups and cache.get(key) == b:  # common case of _evict, inlined
-                    bh[b] = None
-                    del cache[key]
-                    self.evictions += 1
-                else:
+        if dups:
+            for _ in range(n):
+                add(b)
+                key = bh[b]
+                if key is not None:
                     self._evict(b, key)
-            ref[b] = 1
-            b = nxt[b]
+                ref[b] = 1
+                b = nxt[b]
+        else:  # no key has a second block: a hashed block is its key's cache entry (check())
+            evicted = 0
+            for _ in range(n):
+                add(b)
+                key = bh[b]
+                if key is not None:  # _evict, inlined
+                    del cache[key]
+                    bh[b] = None
+                    evicted += 1
+                ref[b] = 1
+                b = nxt[b]
+            self.evictions += evicted
         nxt[head] = b
         fq._prev[b] = head
         fq.size -= n
@@ -131,9 +139,15 @@ class BlockPool:
         fq = self.free_queue
         nxt, head = fq._next, fq._head
         b = nxt[head]
-        key = self.block_hash[b]
+        bh = self.block_hash
+        key = bh[b]
         if key is not None:
-            self._evict(b, key)
+            if self.dups:
+                self._evict(b, key)
+            else:  # as in get_new_blocks
+                del self.cache[key]
+                bh[b] = None
+                self.evictions += 1
         self.ref[b] = 1
         after = nxt[b]
         nxt[head] = after
@@ -157,22 +171,31 @@ class BlockPool:
 
     def release(self, table: list[int]) -> None:
         """Drop one reference on each block of a table (tail first; see the module docstring)."""
-        ref, bh = self.ref, self.block_hash
+        ref, bh, fq = self.ref, self.block_hash, self.free_queue
         front: list[int] = []
-        tail: list[int] = []
-        to_front, to_tail = front.append, tail.append
+        to_front = front.append
         split = self.free_order == "front-tail"
+        # blocks for the tail are linked there as they come (FreeQueue.append_n, inlined); the
+        # front's go in after, in their order (the two ends are apart, so the order of the two
+        # does not matter, even on an empty queue)
+        nxt, prv, end = fq._next, fq._prev, fq._tail
+        last, shared, n_tail = prv[end], 0, 0
         for b in (table if self.stack else reversed(table)):
             r = ref[b] - 1
             ref[b] = r
             if r > 0:
-                self.shared_excess -= 1
+                shared += 1
             elif split and bh[b] is None:
                 to_front(b)
             else:
-                to_tail(b)
-        self.free_queue.prepend_n(front)
-        self.free_queue.append_n(tail)
+                nxt[last] = b
+                prv[b] = last
+                last = b
+                n_tail += 1
+        nxt[last], prv[end] = end, last
+        fq.size += n_tail
+        self.shared_excess -= shared
+        fq.prepend_n(front)
 
     # ---- invariants ---------------------------------------------------------------------------
     def check(self, references: list[int] | None = None) -> None:
