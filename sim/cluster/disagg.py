@@ -34,6 +34,7 @@ from sim.cluster.router import RouterSpec, wake_at
 from sim.cluster.slo import Slo
 from sim.cluster.spec import ClusterSpec, Instance
 from sim.cluster.view import make_view
+from sim.engine.collector import fewer_collections
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
 from sim.io.ingest import make_requests
@@ -196,12 +197,13 @@ class ClusterRun:
 
     def run(self, stop_on_fail: tuple[Slo, int] | None = None, checks: int = 40) -> ClusterResult:
         aborted, failing = False, tuple[str, ...]()
-        if stop_on_fail is None:
-            self.env.run()
-        else:
-            monitor = SloMonitor(stop_on_fail[0], self.reqs, stop_on_fail[1])
-            aborted = self._run_monitored(monitor, checks)
-            failing = monitor.failing(self.env.now) if aborted else ()
+        with fewer_collections():
+            if stop_on_fail is None:
+                self.env.run()
+            else:
+                monitor = SloMonitor(stop_on_fail[0], self.reqs, stop_on_fail[1])
+                aborted = self._run_monitored(monitor, checks)
+                failing = monitor.failing(self.env.now) if aborted else ()
         for uid, clone in self.clones.items():  # rejected on its prefill instance: rejected for good
             r = self.reqs[uid]
             if clone.status is Status.REJECTED and r.status is not Status.REJECTED:

@@ -24,6 +24,7 @@ from sim.cluster.router import Router, RouterSpec, assign_static, parse_router
 from sim.cluster.slo import Slo
 from sim.cluster.view import make_view
 from sim.config.schema import SimConfig
+from sim.engine.collector import fewer_collections
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
 from sim.io.ingest import make_requests
@@ -82,12 +83,13 @@ def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str | RouterSp
                               lazy_reads=spec.reads_only_totals and stop_on_fail is None)
         assigned = rt.assigned
     aborted, failing = False, tuple[str, ...]()
-    if stop_on_fail is None:
-        env.run()
-    else:
-        monitor = SloMonitor(stop_on_fail[0], reqs, stop_on_fail[1])
-        aborted = _run_monitored(env, monitor, reps, reqs, checks)
-        failing = monitor.failing(env.now) if aborted else ()
+    with fewer_collections():
+        if stop_on_fail is None:
+            env.run()
+        else:
+            monitor = SloMonitor(stop_on_fail[0], reqs, stop_on_fail[1])
+            aborted = _run_monitored(env, monitor, reps, reqs, checks)
+            failing = monitor.failing(env.now) if aborted else ()
     frame = request_frame(reqs)
     frame["replica"] = assigned
     return FleetResult(frame, [r.log.frame() for r in reps], [int(r.sched.num_preemptions) for r in reps],

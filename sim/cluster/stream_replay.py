@@ -22,6 +22,7 @@ import simpy
 
 from sim.cluster.router import Router, RouterState, parse_router
 from sim.config.schema import SimConfig
+from sim.engine.collector import fewer_collections
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
 from sim.io import stream
@@ -82,7 +83,8 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
             rep.follow_router(rt.next_arrival, routed=rt.routed, real_counts=spec.reads_request_counts,
                              lazy_reads=lazy_reads and spec.reads_only_totals)
         assigned = rt.assigned
-    env.run()
+    with fewer_collections():
+        env.run()
     stats = tuple(s.close(rep.log, rep.kv.paged) for s, rep in zip(sinks, reps, strict=True))
     if out is not None:
         write_requests(reqs, out / "requests.parquet")

@@ -22,6 +22,7 @@ import pandas as pd
 import simpy
 
 from sim.config.schema import SimConfig
+from sim.engine.collector import fewer_collections
 from sim.engine.replica import Replica
 from sim.io.ingest import make_requests
 from sim.io.records import StepLog
@@ -137,7 +138,8 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
 
     rep = new_replica(env, cfg, parts=parts, check=check, on_step=on_step, on_progress=on_progress)
     rep.submit_all(reqs)
-    env.run()
+    with fewer_collections():
+        env.run()
     if check:
         kv.check([])
     sim_s = time.perf_counter() - t0
