@@ -1,0 +1,37 @@
+"""A run holds the cyclic collector back and gives it back as it found it."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from sim.config import make_config
+from sim.engine.collector import GEN0, fewer_collections
+from sim.run.simulate import simulate
+
+
+def test_inside_a_run_what_exists_is_frozen_and_gen0_waits_longer() -> None:
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with fewer_collections():
+        assert gc.get_threshold()[0] == max(GEN0, before[0])
+        assert gc.get_threshold()[1:] == before[1:]
+        assert gc.get_freeze_count() > frozen
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_collector_is_given_back_when_the_run_raises() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError), fewer_collections():
+        raise RuntimeError("a run that fails")
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_simulate_leaves_the_collector_as_it_was(bundled_trace) -> None:
+    before = gc.get_threshold()
+    res = simulate(make_config(model="llama-3.1-8b", gpu="h100"), bundled_trace)
+    assert len(res.requests) == len(bundled_trace.df)
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
