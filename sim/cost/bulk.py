@@ -89,8 +89,7 @@ def decode_step_times(cost: StepCostModel, seqs: int, block_size: int) -> Decode
     def times(ctx: np.ndarray, pages: np.ndarray) -> np.ndarray:
         c = ctx.astype(np.float64)  # exact: counts < 2**53, as Python's int-to-float
         t = dense + eta_attn * (head + a_kv * c + a_fl * (0.0 + c) + a_pg * pages.astype(np.float64))
-        t = np.where(t < roof, roof, t)
-        t = np.where(t < floor, floor, t) + tail
-        return t + sched if not is_async else np.where(t > sched, t, sched)
+        t = np.maximum(np.maximum(t, roof), floor) + tail  # == the scalar ifs (no NaN: counts are finite)
+        return t + sched if not is_async else np.maximum(t, sched)
 
     return times

@@ -92,6 +92,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     fq = pool.free_queue if pool is not None else None  # read directly (== kv.num_free_blocks)
     margin = kv.headroom  # the decoders' block checks, noted as their allocations would be
     register = blocks.register_decoded_blocks if blocks is not None and caching else None
+    sync_reg = paged and not lag and register is not None  # sync: blocks are registered as they fill
     lin = blocks.linear_breakdown() if blocks is not None else None
     usable, nulls = (lin.usable, lin.null_slots) if lin is not None else (0, 0)
     buckets: list[list[Request]] = [[] for _ in range(B)]
@@ -160,7 +161,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                             runs.p_dt, runs.p_start
                         p_batch = new_batch((0, 0, 0.0, 0, decoders, runs.ctx, pages, page, 0, 0, bb))
                         continue
-                if paged:
+                if bucket or (sync_reg and buckets[(s1 + 1) % B]):  # else boundary() does nothing
                     pages += boundary(buckets, s1, lag, append_block, register)
                 if dec_n != decoders:
                     dec_time, dec_n = k.decode_time(decoders), decoders
@@ -209,7 +210,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         n_part = 0 if part is None else next_chunk(sched, part, p_done, decoders, max_batched, len(bucket))
         if part is not None and not n_part:
             break  # the chunked prefill's step is not the window's to apply: go exact
-        if paged:
+        if bucket or (sync_reg and buckets[(s1 + 1) % B]):
             pages += boundary(buckets, s1, lag, append_block, register)
         plan = None
         if part is not None:  # its next chunk, after every decoder (running order)
