@@ -76,7 +76,9 @@ class BlockPool:
     def _evict(self, b: int, key: int) -> None:
         self.block_hash[b] = None
         self.evictions += 1
-        if self.cache.get(key) == b:
+        if not self.dups:  # no key has a second block: a hashed block is its key's entry (check())
+            del self.cache[key]
+        elif self.cache.get(key) == b:
             extra = self.dups.get(key)
             if extra:  # the next block registered under this hash, as vLLM's per-hash dict
                 self.cache[key] = extra.pop(0)
@@ -115,12 +117,12 @@ class BlockPool:
                     self._evict(b, key)
                 ref[b] = 1
                 b = nxt[b]
-        else:  # no key has a second block: a hashed block is its key's cache entry (check())
+        else:
             evicted = 0
             for _ in range(n):
                 add(b)
                 key = bh[b]
-                if key is not None:  # _evict, inlined
+                if key is not None:  # _evict without duplicates, inlined
                     del cache[key]
                     bh[b] = None
                     evicted += 1
@@ -139,15 +141,9 @@ class BlockPool:
         fq = self.free_queue
         nxt, head = fq._next, fq._head
         b = nxt[head]
-        bh = self.block_hash
-        key = bh[b]
+        key = self.block_hash[b]
         if key is not None:
-            if self.dups:
-                self._evict(b, key)
-            else:  # as in get_new_blocks
-                del self.cache[key]
-                bh[b] = None
-                self.evictions += 1
+            self._evict(b, key)
         self.ref[b] = 1
         after = nxt[b]
         nxt[head] = after
