@@ -29,6 +29,17 @@ def test_the_collector_is_given_back_when_the_run_raises() -> None:
     assert gc.get_freeze_count() == 0
 
 
+def test_objects_the_process_froze_itself_stay_frozen() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with fewer_collections():
+            assert gc.get_threshold()[0] >= GEN0
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
 def test_simulate_leaves_the_collector_as_it_was(bundled_trace) -> None:
     before = gc.get_threshold()
     res = simulate(make_config(model="llama-3.1-8b", gpu="h100"), bundled_trace)
