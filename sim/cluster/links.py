@@ -25,9 +25,9 @@ from importlib import resources
 from typing import Any
 
 import simpy
-import yaml
 
 from sim.errors import ConfigError
+from sim.io.yaml_data import safe_load
 
 EPS = 1e-12  # bytes: below this a transfer is done (float residue of the shares)
 
@@ -46,7 +46,7 @@ class LinkKind:
 @cache
 def link_kinds() -> dict[str, LinkKind]:
     text = resources.files("sim.model").joinpath("data", "links.yaml").read_text()
-    data = yaml.safe_load(text)
+    data = safe_load(text)
     return {k: LinkKind(key=k, **v) for k, v in data.items()}
 
 

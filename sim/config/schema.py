@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sim.config.aliases import VLLM_ALIASES, vllm_aliases
 from sim.errors import ConfigError
+from sim.io.yaml_data import safe_load
 
 Preset = Literal["vllm-0.33", "vllm-v1-legacy", "paper-v0"]
 
@@ -175,7 +176,7 @@ def make_config(where: str = "config", **kw: Any) -> SimConfig:
 def read_yaml(path: Path) -> Any:
     """``yaml.safe_load`` of a user's file; unreadable or malformed YAML is a one-line ConfigError."""
     try:
-        return yaml.safe_load(path.read_text())
+        return safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read YAML ({str(e).splitlines()[0]})") from None
 

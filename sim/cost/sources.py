@@ -17,6 +17,7 @@ import yaml
 
 from sim.cost.features import scale_coefficients
 from sim.errors import ConfigError
+from sim.io.yaml_data import safe_load
 from sim.model.catalog import GpuSpec, gpu_catalog
 
 SCHEMA = "kvsim-calibration/1"
@@ -51,7 +52,7 @@ class Term:
 def read_calibration(path: Path) -> Source:
     """One calibration YAML (``yaml.safe_load`` only)."""
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"--calibration {path}: cannot read ({e})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:

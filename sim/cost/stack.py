@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from sim.errors import ConfigError
+from sim.io.yaml_data import safe_load
 
 SCHEMA = "kvsim-stacks/1"
 STACKS_PATH = Path(__file__).resolve().parents[2] / "calibration" / "data" / "stacks.yaml"
@@ -126,7 +127,7 @@ def _stack(name: str, d: dict[str, Any], where: str) -> ServingStack:
 def read_stacks(path: Path) -> dict[str, ServingStack]:
     """Every profile in a ``kvsim-stacks/1`` YAML (``yaml.safe_load`` only)."""
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read serving-stack profiles ({str(e).splitlines()[0]})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("stacks"), dict):

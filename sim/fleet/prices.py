@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 
 from sim.errors import ConfigError
+from sim.io.yaml_data import safe_load
 from sim.model.catalog import gpu_catalog
 
 PricePoint = Literal["low", "typical", "high"]
@@ -76,7 +77,7 @@ def load_prices(path: Path | None = None) -> dict[str, GpuPrice]:
     if path is None:
         return prices
     try:
-        data = yaml.safe_load(path.read_text())
+        data = safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"--prices {path}: cannot read YAML ({str(e).splitlines()[0]})") from None
     if data is None:

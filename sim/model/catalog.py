@@ -9,9 +9,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sim.errors import ConfigError
+from sim.io.yaml_data import safe_load
 from sim.model.attention import (
     KINDS,
     AttentionGroup,
@@ -157,7 +156,7 @@ class GpuSpec:
 
 def _load_yaml(name: str) -> dict[str, Any]:
     text = resources.files("sim.model").joinpath("data", name).read_text()
-    data = yaml.safe_load(text)
+    data = safe_load(text)
     assert isinstance(data, dict)
     return data
 

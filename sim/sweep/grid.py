@@ -14,6 +14,7 @@ import yaml
 
 from sim.config.schema import SimConfig, read_yaml
 from sim.errors import ConfigError
+from sim.io.yaml_data import safe_load
 
 TRACE_KEY = "trace"
 
@@ -28,7 +29,7 @@ def _norm_key(k: str) -> str:
 def _scalar(text: str) -> Any:
     """``16`` -> 16, ``0.9`` -> 0.9, ``true`` -> True, ``null`` -> None, else the string."""
     try:
-        v = yaml.safe_load(text)
+        v = safe_load(text)
     except yaml.YAMLError:
         return text
     return v if isinstance(v, (int, float, bool, str)) or v is None else text

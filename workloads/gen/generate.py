@@ -21,6 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from sim.errors import ConfigError
+from sim.io.yaml_data import safe_load
 from workloads.gen import lengths as L
 from workloads.gen.arrivals import arrivals
 from workloads.gen.sharing import prefix_hash_ids
@@ -31,7 +32,7 @@ def load_spec(path: str | Path) -> Spec:
     """Parse and validate a YAML spec; errors are one line naming the key."""
     p = Path(path)
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = safe_load(p.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
