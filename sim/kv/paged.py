@@ -73,10 +73,19 @@ class PagedAllocator(KvCacheManager):
         """Longest cached prefix, capped at ``num_tokens - 1`` and counted in whole blocks."""
         if not self.enable_caching:
             return []
-        table = table_of(req)
         hits: list[int] = []
-        cache, key = self.pool.cache, self.hasher.key
-        for j in range((req.num_tokens - 1) // self.block_size):
+        cache = self.pool.cache
+        n = (req.num_tokens - 1) // self.block_size
+        if req.content is None:  # every key is arithmetic, unique_key(uid, j) == u0 - j
+            u0 = -(req.uid * UNIQUE_BASE + 1)
+            for j in range(n):
+                b = cache.get(u0 - j)
+                if b is None:
+                    break
+                hits.append(b)
+            return hits
+        table, key = table_of(req), self.hasher.key
+        for j in range(n):
             b = cache.get(key(req, table, j))
             if b is None:
                 break
