@@ -1,4 +1,4 @@
-"""YAML is read as data only, and the fast loader reads what ``yaml.safe_load`` reads."""
+"""YAML is read as data only (sim/safe_yaml.py), and the fast loader reads what ``yaml.safe_load`` reads."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.io.yaml_data import safe_load
+from sim.safe_yaml import safe_load
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ["sim/model/data/gpus.yaml", "sim/model/data/models.yaml", "sim/model/data/links.yaml",

@@ -27,7 +27,7 @@ from typing import Any
 import simpy
 
 from sim.errors import ConfigError
-from sim.io.yaml_data import safe_load
+from sim.safe_yaml import safe_load
 
 EPS = 1e-12  # bytes: below this a transfer is done (float residue of the shares)
 

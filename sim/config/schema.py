@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sim.config.aliases import VLLM_ALIASES, vllm_aliases
 from sim.errors import ConfigError
-from sim.io.yaml_data import safe_load
+from sim.safe_yaml import safe_load
 
 Preset = Literal["vllm-0.33", "vllm-v1-legacy", "paper-v0"]
 

@@ -17,8 +17,8 @@ import yaml
 
 from sim.cost.features import scale_coefficients
 from sim.errors import ConfigError
-from sim.io.yaml_data import safe_load
 from sim.model.catalog import GpuSpec, gpu_catalog
+from sim.safe_yaml import safe_load
 
 SCHEMA = "kvsim-calibration/1"
 DATA_DIR = Path(__file__).resolve().parents[2] / "calibration" / "data"

@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from sim.errors import ConfigError
-from sim.io.yaml_data import safe_load
+from sim.safe_yaml import safe_load
 
 SCHEMA = "kvsim-stacks/1"
 STACKS_PATH = Path(__file__).resolve().parents[2] / "calibration" / "data" / "stacks.yaml"

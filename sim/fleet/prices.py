@@ -20,8 +20,8 @@ from typing import Any, Literal
 import yaml
 
 from sim.errors import ConfigError
-from sim.io.yaml_data import safe_load
 from sim.model.catalog import gpu_catalog
+from sim.safe_yaml import safe_load
 
 PricePoint = Literal["low", "typical", "high"]
 

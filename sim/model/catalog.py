@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.io.yaml_data import safe_load
 from sim.model.attention import (
     KINDS,
     AttentionGroup,
@@ -23,6 +22,7 @@ from sim.model.hf_config import hf_shape_fields, text_config
 from sim.model.mlp import gated_mlp
 from sim.model.quant import WeightQuant, weight_quant
 from sim.model.quant import weight_bytes as quant_weight_bytes
+from sim.safe_yaml import safe_load
 
 
 @dataclass(frozen=True, slots=True)

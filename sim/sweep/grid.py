@@ -14,7 +14,7 @@ import yaml
 
 from sim.config.schema import SimConfig, read_yaml
 from sim.errors import ConfigError
-from sim.io.yaml_data import safe_load
+from sim.safe_yaml import safe_load
 
 TRACE_KEY = "trace"
 

@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from sim.errors import ConfigError
-from sim.io.yaml_data import safe_load
+from sim.safe_yaml import safe_load
 from workloads.gen import lengths as L
 from workloads.gen.arrivals import arrivals
 from workloads.gen.sharing import prefix_hash_ids
