@@ -105,6 +105,29 @@ def test_popping_a_cached_block_is_an_eviction() -> None:
     pool.check([b])
 
 
+def test_a_request_without_content_hits_only_its_own_blocks_up_to_the_first_evicted() -> None:
+    """s4: blocks of a prompt without content are unique to it; after a preemption (freed,
+    hashes kept) its re-admission hits its own cached blocks in order, up to the first one
+    popped by another request since."""
+    pool = PagedAllocator(9, 4)  # 8 usable: 1..8
+    a = req(0, 16)
+    admit(pool, a)  # blocks 1 2 3 4, all full and hashed
+    held = list(a.kv.blocks)
+    pool.free(a)  # a preemption: back to the tail, last first (5 6 7 8 4 3 2 1), hashes kept
+    other = req(1, 16)
+    assert pool.get_computed_blocks(other) == []  # same length, no content: a's blocks are not its
+    admit(pool, other)  # pops 5 6 7 8 (never hashed): nothing evicted
+    assert pool.evictions == 0
+    a.num_computed_tokens = 0
+    assert pool.get_computed_blocks(a) == held[:3]  # capped at num_tokens - 1: 3 of 4 blocks
+    pool.free(other)  # queue: 4 3 2 1 8 7 6 5
+    b = req(2, 8)
+    admit(pool, b)  # pops 4 and 3, a's last two blocks: evicted
+    assert pool.evictions == 2
+    assert pool.get_computed_blocks(a) == held[:2]  # the hit stops at the first evicted block
+    pool.check([b])
+
+
 def test_9_token_prompt_at_block_size_4_takes_3_blocks_the_third_a_quarter_full() -> None:
     pool = PagedAllocator(16, 4)
     r = req(0, 9)

@@ -126,7 +126,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         if lin is not None and quiet and append_block is not None else None
     while decoders:
         s1 = s + 1
-        if progress is not None and len(log) >= cap:  # a long window still drains its records (streamed runs: bounded memory)
+        if progress is not None and len(log) >= cap:  # a long window drains its records (bounded memory)
             progress()  # type: ignore[misc]
             cap = len(log) + PROGRESS_EVERY
         bucket = buckets[s1 % B] if paged else []
