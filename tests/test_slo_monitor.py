@@ -90,6 +90,7 @@ def test_running_counts_equal_a_full_recount_at_every_check(
     for mine, joint, counts, joint_all in Checked.checks:
         assert (mine, joint) == (counts, joint_all)
     assert all(Checked.verdicts)
+    assert not aborted[0] and aborted[-1], aborted  # the runs cover a pass and a stop
     assert any(c[2] != dict.fromkeys(c[2], 0) for c in Checked.checks), "some check must count misses"
 
 
