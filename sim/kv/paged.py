@@ -19,7 +19,7 @@ from functools import partial
 
 from sim.kv.base import LinearBreakdown, MemoryBreakdown, cdiv
 from sim.kv.block_table import BlockTable, table_of
-from sim.kv.hashing import UNIQUE_BASE, shared_prefix_blocks
+from sim.kv.hashing import UNIQUE_BASE, shared_prefix_blocks, unique_key
 from sim.kv.layout import PagedLayout
 from sim.kv.manager import KvCacheManager
 from sim.kv.margin import Margin
@@ -76,8 +76,8 @@ class PagedAllocator(KvCacheManager):
         hits: list[int] = []
         cache = self.pool.cache
         n = (req.num_tokens - 1) // self.block_size
-        if req.content is None:  # every key is arithmetic, unique_key(uid, j) == u0 - j
-            u0 = -(req.uid * UNIQUE_BASE + 1)
+        if req.content is None:  # every key is arithmetic: unique_key(uid, j) == u0 - j
+            u0 = unique_key(req.uid, 0)
             for j in range(n):
                 b = cache.get(u0 - j)
                 if b is None:
