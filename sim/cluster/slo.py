@@ -71,7 +71,7 @@ def wilson_lower(hits: int, n: int, confidence: float = 0.95) -> float:
     """One-sided Wilson score lower bound of a binomial proportion (0 when ``n == 0``)."""
     if n <= 0:
         return 0.0
-    z = _z(confidence)
+    z = normal_quantile(confidence)
     p = hits / n
     den = 1 + z * z / n
     centre = p + z * z / (2 * n)
@@ -80,8 +80,9 @@ def wilson_lower(hits: int, n: int, confidence: float = 0.95) -> float:
 
 
 @cache
-def _z(confidence: float) -> float:
-    """The one-sided normal quantile (scipy's ``ppf`` costs about 0.1 ms a call; monitors ask often)."""
+def normal_quantile(confidence: float) -> float:
+    """The one-sided normal quantile z of ``confidence`` (scipy's ``ppf`` costs about 0.1 ms a
+    call; the SLO monitor asks at every check)."""
     return float(norm.ppf(confidence))
 
 

@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
-from sim.cluster.slo import wilson_lower
+from sim.cluster.slo import normal_quantile, wilson_lower
 from sim.errors import ConfigError
 from sim.fleet import autoscale
 from sim.fleet.autoscale import AutoscaleCost
@@ -151,7 +150,7 @@ def check_window(spec: PlanSpec, num_requests: int) -> None:
     n = int(min(spec.window, num_requests) * KEEP * (1 - WARMUP))
     need = max([t.quantile for t in spec.slo.targets] + [spec.slo.attainment or 0.0])
     if wilson_lower(n, n, spec.slo.confidence) < need:
-        z2 = float(norm.ppf(spec.slo.confidence)) ** 2
+        z2 = normal_quantile(spec.slo.confidence) ** 2
         least = math.ceil(z2 * need / (1 - need) / (KEEP * (1 - WARMUP)))
         raise ConfigError(f"--window {spec.window}: {n} requests per window cannot show a {need:g} share on "
                           f"the {spec.slo.confidence:g} lower bound; use --window >= {least} (x3 for a useful "
