@@ -3,11 +3,14 @@
 The monitor keeps its miss counts as the replay goes and reads only open requests; the model
 here recounts every request from scratch at each check (the monitor's definition of a certain
 miss, written for reading). Runs cover passing and failing rates, one replica and a live router,
-and SLOs on TTFT, TPOT, e2e and joint attainment.
+and SLOs on TTFT, TPOT, e2e and joint attainment. The planner's window check, which shares the
+monitor's normal quantile, is here too.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any, ClassVar
 
 import numpy as np
@@ -17,7 +20,10 @@ import sim.cluster.replay as replay_mod
 from sim.cluster.monitor import SloMonitor
 from sim.cluster.replay import replay_fleet
 from sim.cluster.slo import Slo, SloTarget, wilson_lower
+from sim.errors import ConfigError
 from sim.fleet.candidate import Candidate
+from sim.fleet.planner import check_window
+from sim.fleet.spec import PlanSpec
 from sim.fleet.workload import at_qps, draw_window, to_trace
 from sim.request import Status
 from tests.helpers import req
@@ -111,3 +117,17 @@ def test_misses_are_kept_and_late_rejections_still_count() -> None:
     assert mon.count == {"ttft": 2, "tpot": 1} and mon.joint_count == 2
     assert [int(i) for i in mon.open] == [0]  # quick and single ended; slow still runs; late not arrived
     assert recount(mon, 1.6) == (mon.count, mon.joint_count)
+
+
+def test_a_window_too_small_for_the_quantile_is_refused_and_the_one_it_names_is_enough() -> None:
+    """The planner's up-front check (the Wilson bound of n/n hits): one line naming the least
+    window, and that window passes the check (the quantile is the monitor's cached one)."""
+    spec = PlanSpec(gpus=["h100"], tps=[1], slo=Slo((SloTarget("ttft", 0.99, 1.0),)), base={}, prices={}, window=50)
+    with pytest.raises(ConfigError) as e:
+        check_window(spec, 10_000)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("--window 50: ")
+    least = int(re.search(r"--window >= (\d+)", msg).group(1))  # type: ignore[union-attr]
+    check_window(dataclasses.replace(spec, window=least), 10_000)
+    with pytest.raises(ConfigError):
+        check_window(dataclasses.replace(spec, window=least - 1), 10_000)
