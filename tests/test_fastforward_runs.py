@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 import sim.engine.fastforward.runs as runs
@@ -93,3 +94,20 @@ def test_lazy_runs_sleep_through_a_totals_router(committed: list[int], monkeypat
     tr = {"azure": azure, "ties": ties}[trace]()
     both(cfg_kw, tr, router)
     assert len(naps) > 10 and any(naps), (len(naps), sum(naps))
+
+
+@pytest.mark.parametrize("B", [1, 4, 16])
+def test_a_run_stops_at_the_first_step_whose_pops_exceed_the_free_blocks(B: int) -> None:
+    """``_first_short`` against a step-by-step count: buckets take their blocks once every
+    ``B`` steps from their first offset; the run may hold the steps before the first one whose
+    pops leave the free blocks negative, and no more."""
+    rng = np.random.default_rng(B)
+    for _ in range(300):
+        offs = sorted(rng.choice(range(1, B + 1), size=int(rng.integers(1, B + 1)), replace=False).tolist())
+        firsts = [(j0, int(rng.integers(1, 4))) for j0 in offs]
+        free = int(rng.integers(0, 60))
+        taken, step = 0, 0
+        while taken <= free:
+            step += 1
+            taken += sum(n for j0, n in firsts if (step - j0) % B == 0)
+        assert runs._first_short(firsts, B, free) == step - 1

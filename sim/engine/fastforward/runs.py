@@ -40,7 +40,7 @@ import numpy as np
 from sim.engine.fastforward.decoders import boundary
 from sim.engine.fastforward.pause import Nap, Pausing, pause
 from sim.engine.step import StepKernel
-from sim.io.records import STEP_DTYPE
+from sim.io.records import STEP_COLUMNS, STEP_DTYPE
 
 MIN_RUN = 48     # steps a new run must be able to reach to pay for its arrays (measured: 16 lost on 8 x 70B)
 MIN_PIECE = 6    # steps to the router's next arrival a new run needs (its pieces end there)
@@ -173,59 +173,74 @@ class QuietRuns:
         H = int(min(min(fin) - s - 1 if fin else HORIZON, HORIZON, to_due + 2))
         if H < MIN_RUN:
             return False
-        B = self.B
-        steps = np.arange(s + 1, s + H + 1)
-        sizes = np.fromiter(map(len, self.buckets), np.int64, B)
-        bsz = sizes[steps % B]
-        cum = np.cumsum(bsz)
-        free = self.fq.size - cum
-        if free[-1] < 0:  # a step could preempt (free blocks only fall): the window goes exact before it
-            H = int(np.argmax(free < 0))
+        B, F0 = self.B, self.fq.size
+        # bucket i's decoders take their blocks at the offsets j (steps s + j) with (s + j) % B == i:
+        # one offset a period, so the pops repeat every B steps (few Python ints, no array scan)
+        firsts = sorted(((i - s - 1) % B + 1, n) for i, b in enumerate(self.buckets) if (n := len(b)))
+        per_period = sum(n for _, n in firsts)
+        if per_period * -(-H // B) > F0:  # a step could preempt (free blocks only fall): the window goes exact before it
+            H = min(H, _first_short(firsts, B, F0))
             if H < MIN_RUN:
                 return False
-            steps, bsz, cum, free = steps[:H], bsz[:H], cum[:H], free[:H]
-        ctx = c0_sum + decoders * steps
-        P = pages + cum
-        dt = times(ctx, P)
-        T = np.concatenate(([t], dt)).cumsum()  # T[j]: end of step j (sequential sums, as t += dt)
-        self.rec = self._records(H, T, p_start, p_dt, dt, ctx, free, key)
+        o = np.arange(1, H + 1)  # run offsets: step s + o
+        pops = np.zeros(B, np.int64)
+        for j0, n in firsts:
+            pops[j0 - 1] = n
+        cum = np.add.accumulate(np.resize(pops, H))  # blocks taken by steps s+1 .. s+o
+        ctx = decoders * o
+        ctx += c0_sum + decoders * s
+        dt = times(ctx, pages + cum)
+        T = np.empty(H + 1)
+        T[0], T[1:] = t, dt
+        np.add.accumulate(T, out=T)  # T[j]: end of step j (sequential sums, as t += dt)
+        self.rec = self._records(H, o, T, p_start, p_dt, dt, ctx, cum, key)
         # laid out once as Python lists: a commit slices them (no numpy per piece)
         self.dt = dl = dt.tolist()
         self.durs = [p_dt, *dl[:-1]] if self.lag else dl  # what each committed step adds to the busy time
         self.T = T.tolist()
-        self.P, self.F, self.P0, self.F0 = P, free, pages, self.fq.size  # pages and free blocks, by offset
-        self.cross = (np.flatnonzero(bsz) + 1).tolist()  # offsets of steps that take blocks
+        self.cum, self.P0, self.F0 = cum, pages, F0  # blocks taken, by offset
+        # offsets that take blocks, and the one after the run (sync registers the blocks step s+H fills)
+        cross = [j for q in range(0, H + 1, B) for j0, _ in firsts if (j := q + j0) <= H + 1]
+        self.cross = cross[:-1] if cross and cross[-1] > H else cross
         if not self.lag and self.register is not None:  # sync: the blocks that fill are registered then
-            self.ev = (np.flatnonzero((bsz > 0) | (sizes[(steps + 1) % B] > 0)) + 1).tolist()
+            self.ev = sorted({*self.cross, *(j - 1 for j in cross if j > 1)})
         else:
             self.ev = self.cross  # offsets of steps with pool operations
         self.s0, self.H, self.key = s, H, key
         return True
 
-    def _records(self, H: int, T: np.ndarray, p_start: float, p_dt: float, dt: np.ndarray, ctx: np.ndarray,
-                 free: np.ndarray, key: tuple[Any, ...]) -> np.ndarray:
-        """The run's step records, as the window's quiet steps write them (sim/io/records.py)."""
+    def _records(self, H: int, o: np.ndarray, T: np.ndarray, p_start: float, p_dt: float, dt: np.ndarray,
+                 ctx: np.ndarray, cum: np.ndarray, key: tuple[Any, ...]) -> np.ndarray:
+        """The run's step records, as the window's quiet steps write them (sim/io/records.py).
+
+        STEP_DTYPE is 17 eight-byte fields, so the records are laid out as an ``(H, 17)`` int64
+        table (the two float columns written through a float view): the constant columns in one
+        broadcast, the others as int arithmetic on the offsets and the blocks taken."""
         decoders, _, qnw, nrun, shared = key
-        B, k = self.B, self.k
-        rec = np.zeros(H, STEP_DTYPE)
-        rec["step"] = np.arange(k.step, k.step + H)
+        B, k, F0 = self.B, self.k, self.fq.size
+        comp0 = decoders if self.lag else 0  # async: the record's token states lag the step by one token each
+        rec = np.empty((H, len(STEP_COLUMNS)), np.int64)
+        rec[:] = (0, 0, 0, nrun, qnw, 0, decoders, 0, 0, 0, 0, 0, self.nulls, 0, shared, 0, 0)
+        np.add(o, k.step - 1, out=rec[:, 0])                        # step
+        free = np.subtract(F0, cum, out=rec[:, 8])                  # free_blocks
+        np.subtract(ctx, comp0 + shared * B, out=rec[:, 9])         # token_state_slots: comp - shared B
+        internal = np.multiply(cum, B, out=rec[:, 11])              # internal: (used + shared) B - comp
+        internal -= ctx
+        internal += (self.usable - F0 + shared) * B + comp0
+        np.multiply(free, B, out=rec[:, 13])                        # free_slots
+        fv = rec.view(np.float64)
         if self.lag:  # the record of step j is step j-1's (it lands as j is launched); step 0: the window's
-            rec["start_s"][0], rec["duration_s"][0] = p_start, p_dt
-            rec["start_s"][1:], rec["duration_s"][1:] = T[:H - 1], dt[:-1]
+            fv[0, 1], fv[0, 2] = p_start, p_dt
+            fv[1:, 1], fv[1:, 2] = T[:H - 1], dt[:-1]
         else:
-            rec["start_s"], rec["duration_s"] = T[:H], dt
-        used = self.usable - free
-        internal = (used + shared) * B - (ctx - decoders if self.lag else ctx)
-        rec["num_running"], rec["num_waiting"], rec["decode_tokens"] = nrun, qnw, decoders
-        rec["free_blocks"], rec["token_state_slots"], rec["internal_frag_slots"] = free, used * B - internal, internal
-        rec["external_frag_slots"], rec["free_slots"], rec["shared_blocks_saved"] = self.nulls, free * B, shared
-        return rec
+            fv[:, 1], fv[:, 2] = T[:H], dt
+        return rec.view(STEP_DTYPE)[:, 0]
 
     def _p(self, off: int) -> int:
-        return self.P0 if off == 0 else int(self.P[off - 1])
+        return self.P0 if off == 0 else self.P0 + int(self.cum[off - 1])
 
     def _f(self, off: int) -> int:
-        return self.F0 if off == 0 else int(self.F[off - 1])
+        return self.F0 if off == 0 else self.F0 - int(self.cum[off - 1])
 
     def _pool_ops(self, a: int, b: int) -> None:
         """The block appends and registrations of run steps ``a+1 .. b``, in step order."""
@@ -250,3 +265,15 @@ class QuietRuns:
         k.step += n
         k.ff_steps += n
         k.bulk_steps += n
+
+
+def _first_short(firsts: list[tuple[int, int]], B: int, free: int) -> int:
+    """The first run offset whose pops would leave fewer than no free blocks (``firsts``: each
+    bucket's first offset and decoders, in offset order, repeating every ``B`` steps)."""
+    per_period = sum(n for _, n in firsts)
+    q, left = divmod(free, per_period)  # whole periods the free blocks cover, and what is left after
+    for j0, n in firsts:
+        left -= n
+        if left < 0:
+            return q * B + j0 - 1
+    raise AssertionError("the pops exceed the free blocks within the next period")
