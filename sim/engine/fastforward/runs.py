@@ -268,8 +268,9 @@ class QuietRuns:
 
 
 def _first_short(firsts: list[tuple[int, int]], B: int, free: int) -> int:
-    """The first run offset whose pops would leave fewer than no free blocks (``firsts``: each
-    bucket's first offset and decoders, in offset order, repeating every ``B`` steps)."""
+    """How many steps a run can hold: those before the first whose pops exceed ``free`` blocks
+    (``firsts``: each bucket's first offset and decoders, in offset order, repeating every ``B``
+    steps)."""
     per_period = sum(n for _, n in firsts)
     q, left = divmod(free, per_period)  # whole periods the free blocks cover, and what is left after
     for j0, n in firsts:
