@@ -71,3 +71,23 @@ def test_validation_catches_round_robin_imbalance() -> None:
     assert lot.tries[0]["passed"] is True and lot.replicas == n
     per = rr.per_replica
     assert per is not None
+
+
+def test_least_outstanding_tokens_picks_the_fewest_per_weight_and_rotates_ties() -> None:
+    """The policy itself, on stand-in replicas: fewest outstanding tokens wins (divided by the
+    weight when weights differ), and equal counts take turns."""
+    from types import SimpleNamespace
+
+    from sim.cluster.policies import RouterState, least_outstanding
+
+    def reps(*tokens: int) -> list:
+        return [SimpleNamespace(outstanding_tokens=n) for n in tokens]
+
+    st = RouterState([1.0, 1.0, 1.0], 16)
+    assert least_outstanding(None, reps(500, 20, 300), st) == 1  # type: ignore[arg-type]
+    picks = [least_outstanding(None, reps(7, 9, 7), st) for _ in range(4)]  # type: ignore[arg-type]
+    assert sorted(set(picks)) == [0, 2] and picks[0] != picks[1]
+    # a replica twice as fast (weight 2) takes the request at up to twice the tokens
+    st = RouterState([1.0, 2.0, 1.0], 16)
+    assert least_outstanding(None, reps(500, 900, 600), st) == 1  # type: ignore[arg-type]
+    assert least_outstanding(None, reps(400, 900, 600), st) == 0  # type: ignore[arg-type]

@@ -62,7 +62,10 @@ def round_robin(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
 
 
 def least_outstanding(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
-    return rotate_ties([r.outstanding_tokens / st.weights[i] for i, r in enumerate(reps)], st)
+    w = st.weights
+    if w.count(1.0) == len(w):  # equal weights: the token counts themselves (the same order and ties)
+        return rotate_ties([r.outstanding_tokens for r in reps], st)
+    return rotate_ties([r.outstanding_tokens / w[i] for i, r in enumerate(reps)], st)
 
 
 def prefix_key(req: Request, block_size: int) -> int | None:

@@ -176,17 +176,24 @@ class QuietRuns:
         B, F0 = self.B, self.fq.size
         # bucket i's decoders take their blocks at the offsets j (steps s + j) with (s + j) % B == i:
         # one offset a period, so the pops repeat every B steps (few Python ints, no array scan)
-        firsts = sorted(((i - s - 1) % B + 1, n) for i, b in enumerate(self.buckets) if (n := len(b)))
+        firsts = sorted([((i - s - 1) % B + 1, len(b)) for i, b in enumerate(self.buckets) if b])
         per_period = sum(n for _, n in firsts)
         if per_period * -(-H // B) > F0:  # a step could preempt (free blocks only fall): the window goes exact before it
             H = min(H, _first_short(firsts, B, F0))
             if H < MIN_RUN:
                 return False
         o = np.arange(1, H + 1)  # run offsets: step s + o
-        pops = np.zeros(B, np.int64)
-        for j0, n in firsts:
-            pops[j0 - 1] = n
-        cum = np.add.accumulate(np.resize(pops, H))  # blocks taken by steps s+1 .. s+o
+        if len(firsts) == 1:  # one bucket (a lone decoder, say): n blocks at j0, j0 + B, ...
+            (j0, n), = firsts
+            cum = o + (B - j0)  # blocks taken by steps s+1 .. s+o: n (o - j0 + B) // B
+            cum //= B
+            if n != 1:
+                cum *= n
+        else:
+            pops = np.zeros(B, np.int64)
+            for j0, n in firsts:
+                pops[j0 - 1] = n
+            cum = np.add.accumulate(np.resize(pops, H))
         ctx = decoders * o
         ctx += c0_sum + decoders * s
         dt = times(ctx, pages + cum)
@@ -200,7 +207,8 @@ class QuietRuns:
         self.T = T.tolist()
         self.cum, self.P0, self.F0 = cum, pages, F0  # blocks taken, by offset
         # offsets that take blocks, and the one after the run (sync registers the blocks step s+H fills)
-        cross = [j for q in range(0, H + 1, B) for j0, _ in firsts if (j := q + j0) <= H + 1]
+        cross = list(range(firsts[0][0], H + 2, B)) if len(firsts) == 1 else \
+            [j for q in range(0, H + 1, B) for j0, _ in firsts if (j := q + j0) <= H + 1]
         self.cross = cross[:-1] if cross and cross[-1] > H else cross
         if not self.lag and self.register is not None:  # sync: the blocks that fill are registered then
             self.ev = sorted({*self.cross, *(j - 1 for j in cross if j > 1)})
