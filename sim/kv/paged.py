@@ -142,7 +142,7 @@ class PagedAllocator(KvCacheManager):
             # a first admission without content: fresh blocks (popped ones are evicted, except
             # paper-v0's stack order), keys this pool has never seen (unique to the request), so
             # no duplicate and no hit to skip -- in bulk
-            keys = range(unique0, unique0 - full, -1)
+            keys = list(range(unique0, unique0 - full, -1))  # one int object per key, shared by the map and block_hash
             fresh = blocks[:full]
             cache.update(zip(keys, fresh, strict=True))
             for b, key in zip(fresh, keys, strict=True):
