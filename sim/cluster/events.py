@@ -58,6 +58,7 @@ class _EventedCache(dict):  # type: ignore[type-arg]
 @runtime_checkable
 class _CacheMap(Protocol):
     cache: dict[int, int]
+    block_hash: list[int | None]
 
 
 @runtime_checkable
@@ -69,6 +70,7 @@ class PrefixCacheHost(Protocol):
 
     enable_caching: bool
     hasher: BlockHasher
+    lazy_unique: bool  # may keep content-less blocks out of the map (sim/kv/block_pool.py)
 
     @property
     def pool(self) -> _CacheMap: ...
@@ -81,8 +83,9 @@ def install(rep: Replica, hasher: BlockHasher, *, record: bool) -> KvEventLog | 
     if not isinstance(kv, PrefixCacheHost) or not kv.enable_caching:
         return None
     pool = kv.pool
-    if pool.cache:
+    if pool.cache or any(h is not None for h in pool.block_hash):
         raise RuntimeError("KV events installed after the replica cached blocks")
+    kv.lazy_unique = False  # the router reads the map: every registered key goes in it
     kv.hasher = hasher
     if not record:
         return KvEventLog(pool.cache)

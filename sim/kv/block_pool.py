@@ -11,6 +11,12 @@ Free order (vLLM 0.33): a table is released tail-first; blocks without a hash go
 
 ``tail`` (vllm-v1-legacy) appends everything to the tail; ``stack`` (paper-v0) pops and
 pushes at the tail, so the last block freed is the first reused.
+
+Unpublished blocks: a block of a request without prompt content has a key only that request
+can look up (``unique_key(uid, j)``), and only after a preemption. The paged allocator may mark
+such a block ``UNPUBLISHED`` in ``block_hash`` instead of entering it in the map, and enter it
+(:meth:`BlockPool.cache_block`) when its request is freed before it finishes. It counts as
+hashed everywhere (free order, evictions); a request that finishes never pays for the map.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from sim.kv.free_queue import FreeQueue
 
 FREE_ORDERS = ("front-tail", "tail", "stack")
+UNPUBLISHED = -(1 << 62)  # block_hash of a hashed block not in the map (no key reaches it; module docstring)
 
 
 class PoolCounters:
@@ -76,6 +83,8 @@ class BlockPool:
     def _evict(self, b: int, key: int) -> None:
         self.block_hash[b] = None
         self.evictions += 1
+        if key is UNPUBLISHED:
+            return
         if not self.dups:  # no key has a second block: a hashed block is its key's entry (check())
             del self.cache[key]
         elif self.cache.get(key) == b:
@@ -118,12 +127,13 @@ class BlockPool:
                 ref[b] = 1
                 b = nxt[b]
         else:
-            evicted = 0
+            evicted, unpub = 0, UNPUBLISHED
             for _ in range(n):
                 add(b)
                 key = bh[b]
                 if key is not None:  # _evict without duplicates, inlined
-                    del cache[key]
+                    if key is not unpub:
+                        del cache[key]
                     bh[b] = None
                     evicted += 1
                 ref[b] = 1
@@ -212,5 +222,7 @@ class BlockPool:
         assert self.shared_excess == sum(max(x - 1, 0) for x in self.ref), "shared excess drift"
         for key, b in self.cache.items():
             assert self.block_hash[b] == key, "cache map points at a block with another hash"
-        n_hashed = sum(1 for h in self.block_hash if h is not None)
+        n_hashed = sum(1 for h in self.block_hash if h is not None and h is not UNPUBLISHED)
         assert n_hashed == len(self.cache) + sum(len(v) for v in self.dups.values()), "hash map size"
+        for key, extra in self.dups.items():
+            assert all(self.block_hash[b] == key for b in extra), "a duplicate with another hash"

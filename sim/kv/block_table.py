@@ -10,7 +10,8 @@ partial (``B`` = block_size = 4 here)::
 
 ``hashes[j]`` is the content key of logical block ``j`` (computed lazily, kept across
 preemptions: it depends on content only); the first ``num_registered`` blocks of the table
-are published in the prefix cache.
+are registered in the prefix cache (for a request without content, perhaps only marked: see
+:mod:`sim.kv.block_pool`, unpublished blocks).
 """
 
 from __future__ import annotations

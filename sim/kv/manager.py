@@ -37,6 +37,7 @@ class KvCacheManager(PoolCounters):
     """The mechanism shared by the paged allocators (see the module docstring)."""
 
     paged = True
+    lazy_unique = False  # content-less blocks enter the map only when needed (PagedAllocator)
 
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[KvGroup], *, null_block: bool = True,
                  free_order: str = "front-tail", enable_caching: bool = True) -> None:

@@ -18,7 +18,9 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 
 from sim.kv.base import LinearBreakdown, MemoryBreakdown, cdiv
+from sim.kv.block_pool import UNPUBLISHED
 from sim.kv.block_table import BlockTable, table_of
+from sim.kv.connector import KvConnector
 from sim.kv.hashing import UNIQUE_BASE, shared_prefix_blocks, unique_key
 from sim.kv.layout import PagedLayout
 from sim.kv.manager import KvCacheManager
@@ -51,6 +53,14 @@ class PagedAllocator(KvCacheManager):
         self.sharing = ForkSharing(self)
         self.layout = PagedLayout(self)
         self.headroom = self._margin = Margin()
+        # the blocks of a request without prompt content enter the map only if it is freed
+        # before it finishes (block_pool's docstring); not where more than its own probe could
+        # read them (a KV connector, KV events: both turn it off) nor with the paper's orders
+        self.lazy_unique = enable_caching and free_order == "front-tail" and not exact_fill
+
+    def connect(self, connector: KvConnector) -> None:
+        self.lazy_unique = False  # the connector keys what it stores by the map's keys
+        super().connect(connector)
 
     def group_tables(self, req: Request) -> list[BlockTable]:
         return [table_of(req)]
@@ -96,18 +106,21 @@ class PagedAllocator(KvCacheManager):
         """:meth:`register_full_blocks` up to ``num_computed_tokens + ahead`` for each request
         (fast-forward: decoders whose last block fills this step; one call per step)."""
         bh, cache = self.pool.block_hash, self.pool.cache
-        B = self.block_size
+        B, lazy = self.block_size, self.lazy_unique
         for r in reqs:
             upto = r.num_computed_tokens + ahead
             table = r.kv
             j = table.num_registered
             if r.content is None and upto // B == j + 1 and bh[table.blocks[j]] is None:
                 b = table.blocks[j]  # one unique block: == register_full_blocks, inlined
-                key = bh[b] = -(r.uid * UNIQUE_BASE + j + 1)
-                if key in cache:
-                    self.pool.dups.setdefault(key, []).append(b)
+                if lazy:
+                    bh[b] = UNPUBLISHED
                 else:
-                    cache[key] = b
+                    key = bh[b] = -(r.uid * UNIQUE_BASE + j + 1)
+                    if key in cache:
+                        self.pool.dups.setdefault(key, []).append(b)
+                    else:
+                        cache[key] = b
                 table.num_registered = j + 1
             else:
                 self.register_full_blocks(r, upto)
@@ -127,7 +140,9 @@ class PagedAllocator(KvCacheManager):
         if full == j0 + 1 and req.content is None:  # one unique block: the decode hot path
             b = table.blocks[j0]
             bh = self.pool.block_hash
-            if bh[b] is None:
+            if bh[b] is None and self.lazy_unique:
+                bh[b] = UNPUBLISHED
+            elif bh[b] is None:
                 key = bh[b] = -(req.uid * UNIQUE_BASE + j0 + 1)  # unique_key(uid, j0)
                 cache = self.pool.cache
                 if key in cache:  # the request's own block from before a preemption
@@ -137,6 +152,12 @@ class PagedAllocator(KvCacheManager):
             return
         pool = self.pool
         blocks, bh, cache = table.blocks, pool.block_hash, pool.cache
+        if req.content is None and self.lazy_unique:  # hits keep their keys; new blocks wait
+            unpub = UNPUBLISHED
+            for b in blocks[j0:full]:
+                if bh[b] is None:
+                    bh[b] = unpub
+            return
         unique0 = -(req.uid * UNIQUE_BASE + 1)  # unique_key(uid, j) == unique0 - j
         if not j0 and req.content is None and not req.num_preemptions and type(cache) is dict and not pool.stack:
             # a first admission without content: fresh blocks (popped ones are evicted, except
@@ -221,9 +242,19 @@ class PagedAllocator(KvCacheManager):
         table = req.kv
         if table is None:
             return
+        if self.lazy_unique and req.content is None and req.num_output < req.output_tokens:
+            self._publish(req, table)  # it comes back (a preemption): its probe must find them
         self.pool.release(table.blocks)
         table.blocks = []
         table.num_registered = 0
+
+    def _publish(self, req: Request, table: BlockTable) -> None:
+        """Enter the request's unpublished blocks in the map under their keys, in table order."""
+        bh, cache_block = self.pool.block_hash, self.pool.cache_block
+        u0 = unique_key(req.uid, 0)
+        for j, b in enumerate(table.blocks[:table.num_registered]):
+            if bh[b] is UNPUBLISHED:
+                cache_block(b, u0 - j)
 
     # ---- memory -------------------------------------------------------------------------------
     def breakdown(self, live: Iterable[Request], computed_tokens: int,
