@@ -129,7 +129,8 @@ class PagedAllocator(KvCacheManager):
         """Publish the blocks that ``num_tokens`` tokens fill to the prefix cache (schedule time).
 
         Blocks past the shared prompt content are unique to the request: their key is
-        arithmetic (no hashing, never shared with another request).
+        arithmetic (no hashing, never shared with another request). A request without content
+        only marks its blocks (``lazy_unique``; they enter the map in :meth:`free`).
         """
         table = req.kv
         full = num_tokens // self.block_size
