@@ -55,7 +55,8 @@ class PagedAllocator(KvCacheManager):
         self.headroom = self._margin = Margin()
         # the blocks of a request without prompt content enter the map only if it is freed
         # before it finishes (block_pool's docstring); not where more than its own probe could
-        # read them (a KV connector, KV events: both turn it off) nor with the paper's orders
+        # read them (a KV connector, KV events: both turn it off), nor with fork sharing or the
+        # tail / stack free orders (vllm-v1-legacy, paper-v0)
         self.lazy_unique = enable_caching and free_order == "front-tail" and not exact_fill
 
     def connect(self, connector: KvConnector) -> None:
@@ -138,12 +139,16 @@ class PagedAllocator(KvCacheManager):
         if full <= j0:
             return
         table.num_registered = full
+        if req.content is None and self.lazy_unique:  # hits keep their keys; new blocks wait
+            bh, unpub = self.pool.block_hash, UNPUBLISHED
+            for b in table.blocks[j0:full]:
+                if bh[b] is None:
+                    bh[b] = unpub
+            return
         if full == j0 + 1 and req.content is None:  # one unique block: the decode hot path
             b = table.blocks[j0]
             bh = self.pool.block_hash
-            if bh[b] is None and self.lazy_unique:
-                bh[b] = UNPUBLISHED
-            elif bh[b] is None:
+            if bh[b] is None:
                 key = bh[b] = -(req.uid * UNIQUE_BASE + j0 + 1)  # unique_key(uid, j0)
                 cache = self.pool.cache
                 if key in cache:  # the request's own block from before a preemption
@@ -153,12 +158,6 @@ class PagedAllocator(KvCacheManager):
             return
         pool = self.pool
         blocks, bh, cache = table.blocks, pool.block_hash, pool.cache
-        if req.content is None and self.lazy_unique:  # hits keep their keys; new blocks wait
-            unpub = UNPUBLISHED
-            for b in blocks[j0:full]:
-                if bh[b] is None:
-                    bh[b] = unpub
-            return
         unique0 = -(req.uid * UNIQUE_BASE + 1)  # unique_key(uid, j) == unique0 - j
         if not j0 and req.content is None and not req.num_preemptions and type(cache) is dict and not pool.stack:
             # a first admission without content: fresh blocks (popped ones are evicted, except
