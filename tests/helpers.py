@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +36,40 @@ def req(uid: int, prompt: int, out: int = 4, *, ids: tuple[int, ...] | None = No
 def assert_fast_forward_identical(cfg_kw: dict[str, Any], trace: Any, *, check: bool = False,
                                   expect_ff: bool = True) -> Any:
     """Run ``trace`` with fast-forward and with ``exact_steps``; every request and step column
-    must be identical. Returns the fast-forward result."""
+    must be identical, and so must the block ids each paged table holds when it is freed.
+    Returns the fast-forward result."""
     from sim.config import make_config
     from sim.run.simulate import simulate
 
-    ff = simulate(make_config(**{**cfg_kw, "exact_steps": False}), trace, check=check)
-    ex = simulate(make_config(**{**cfg_kw, "exact_steps": True}), trace, check=check)
+    ff, ff_tables = freed_tables(lambda: simulate(make_config(**{**cfg_kw, "exact_steps": False}), trace,
+                                                  check=check))
+    ex, ex_tables = freed_tables(lambda: simulate(make_config(**{**cfg_kw, "exact_steps": True}), trace,
+                                                  check=check))
     if expect_ff:
         assert ff.summary.fast_forward_steps > 0, "no step was fast-forwarded: the test proves nothing"
     pd.testing.assert_frame_equal(ff.requests, ex.requests, check_exact=True)
     pd.testing.assert_frame_equal(ff.steps, ex.steps, check_exact=True)
+    assert ff_tables == ex_tables, "the same requests freed other blocks"
     return ff
+
+
+def freed_tables(run: Callable[[], Any]) -> tuple[Any, list[tuple[int, tuple[int, ...]]]]:
+    """``run()``, and each paged table as it was freed: (request uid, its block ids), in order."""
+    from sim.kv.paged import PagedAllocator
+
+    seen: list[tuple[int, tuple[int, ...]]] = []
+    free = PagedAllocator.free
+
+    def spy(self: PagedAllocator, req: Any) -> None:
+        if req.kv is not None:
+            seen.append((req.uid, tuple(req.kv.blocks)))
+        free(self, req)
+
+    PagedAllocator.free = spy  # type: ignore[method-assign]
+    try:
+        return run(), seen
+    finally:
+        PagedAllocator.free = free  # type: ignore[method-assign]
 
 
 def mooncake_slice(n: int = 80, max_prompt: int = 8000) -> Any:

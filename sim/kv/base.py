@@ -117,8 +117,17 @@ class DecodeBlocks(Protocol):
     @property
     def pool(self) -> PoolView: ...
 
+    #: nothing watches the map (no connector, no KV events): a run's pops may go ahead of its
+    #: registrations (:meth:`append_blocks`; the map ends the same, sim/kv/block_pool.py)
+    lazy_unique: bool
+
     def append_block(self, reqs: list[Request]) -> None:
         """Give each request one more block (its last one filled up)."""
+        ...
+
+    def append_blocks(self, steps: list[list[Request]], n: int) -> None:
+        """:meth:`append_block` for each list in turn, the ``n`` pops as one (the same blocks
+        to the same requests, in the same order)."""
         ...
 
     def register_decoded_blocks(self, reqs: list[Request], ahead: int) -> None:

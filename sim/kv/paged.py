@@ -6,16 +6,15 @@ Requests hold :class:`~sim.kv.block_table.BlockTable` handles (``Request.kv``) i
 allocation takes and takes them; which request to admit, preempt or resume, and how much
 headroom to keep, is decided in :mod:`sim.sched`.
 
-A sliding-window group would be a second manager over the same pool (its own tables in the
-handle, its own hit rule, blocks outside the window released to the null block); a
-coordinator then sums :meth:`blocks_needed` over groups. Fork and copy-on-write (paper-v0)
-live in :mod:`sim.kv.sharing`.
+Several groups (sliding windows, hybrid models): :mod:`sim.kv.coordinator`. Fork and
+copy-on-write (paper-v0): :mod:`sim.kv.sharing`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from functools import partial
+from itertools import chain
 
 from sim.kv.base import LinearBreakdown, MemoryBreakdown, cdiv
 from sim.kv.block_pool import UNPUBLISHED
@@ -236,6 +235,15 @@ class PagedAllocator(KvCacheManager):
             return
         for r, b in zip(reqs, self.pool.get_new_blocks(len(reqs)), strict=True):
             r.kv.blocks.append(b)
+
+    def append_blocks(self, steps: list[list[Request]], n: int) -> None:
+        new, g = self.pool.get_new_blocks(n), steps[0]
+        if all(x is g for x in steps):  # one bucket of k: request i takes new[i], new[i + k], ...
+            for i, r in enumerate(g):
+                r.kv.blocks.extend(new[i::len(g)])
+        else:
+            for r, b in zip(chain.from_iterable(steps), new, strict=True):
+                r.kv.blocks.append(b)
 
     def free(self, req: Request) -> None:
         """Release all of ``req``'s blocks (hashes are content: they stay for a later hit)."""

@@ -41,6 +41,7 @@ from sim.engine.fastforward.decoders import boundary
 from sim.engine.fastforward.pause import Nap, Pausing, pause
 from sim.engine.step import StepKernel
 from sim.io.records import STEP_COLUMNS, STEP_DTYPE
+from sim.kv.base import DecodeBlocks
 
 MIN_RUN = 48     # steps a new run must be able to reach to pay for its arrays (measured: 16 lost on 8 x 70B)
 MIN_PIECE = 6    # steps to the router's next arrival a new run needs (its pieces end there)
@@ -58,7 +59,8 @@ class QuietRuns:
         self.register, self.append_block = register, append_block
         self.pausing = pausing  # None: not pausable (the window ends or hands over at the router)
         self.lazy = pausing is not None and pausing.lazy  # the router's reads need no pause (pause.py)
-        self.fq = k.decode_blocks.pool.free_queue  # type: ignore[union-attr]
+        self.blocks: DecodeBlocks = k.decode_blocks  # type: ignore[assignment]  # runs: a paged allocator
+        self.fq, self.bulk = self.blocks.pool.free_queue, bool(lag) and self.blocks.lazy_unique
         self.key: tuple[Any, ...] | None = None
         self.no_run: tuple[Any, ...] | None = None  # the state at the last refused run
         self.t = self.due = self.na = self.p_start = self.p_dt = 0.0
@@ -214,7 +216,7 @@ class QuietRuns:
             self.ev = sorted({*self.cross, *(j - 1 for j in cross if j > 1)})
         else:
             self.ev = self.cross  # offsets of steps with pool operations
-        self.s0, self.H, self.key = s, H, key
+        self.s0, self.H, self.key, self.lone = s, H, key, len(firsts) == 1
         return True
 
     def _records(self, H: int, o: np.ndarray, T: np.ndarray, p_start: float, p_dt: float, dt: np.ndarray,
@@ -252,8 +254,17 @@ class QuietRuns:
 
     def _pool_ops(self, a: int, b: int) -> None:
         """The block appends and registrations of run steps ``a+1 .. b``, in step order."""
-        ev, buckets, s0 = self.ev, self.buckets, self.s0
-        for j in ev[bisect_right(ev, a):bisect_right(ev, b)]:
+        ev, buckets, s0, B = self.ev, self.buckets, self.s0, self.B
+        steps = ev[bisect_right(ev, a):bisect_right(ev, b)]
+        if self.bulk and len(steps) > 1:  # async: each step appends, then registers what filled a step before
+            crossing = [buckets[(s0 + j) % B] for j in steps]
+            self.blocks.append_blocks(crossing, self._p(b) - self._p(a))  # pops ahead of registrations
+            if (reg := self.register) is not None:  # one bucket: its last registration covers the others
+                i = len(steps) - 1 if self.lone else 0
+                for j, g in zip(steps[i:], crossing[i:], strict=True):
+                    reg(g, s0 + j - 1)
+            return
+        for j in steps:
             boundary(buckets, s0 + j, self.lag, self.append_block, self.register)
 
     def _commit(self, a: int, b: int, ops: bool = True) -> None:
