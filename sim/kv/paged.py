@@ -228,8 +228,7 @@ class PagedAllocator(KvCacheManager):
         return self
 
     def append_block(self, reqs: list[Request]) -> None:
-        """Give each request one new block, in order (decoders crossing a block boundary;
-        the caller checked there are enough free blocks)."""
+        """Give each request one new block, in order (the caller checked there are enough)."""
         if len(reqs) == 1:
             reqs[0].kv.blocks.append(self.pool.pop_one())
             return
@@ -239,6 +238,7 @@ class PagedAllocator(KvCacheManager):
     def append_blocks(self, steps: list[list[Request]], n: int) -> None:
         new, g = self.pool.get_new_blocks(n), steps[0]
         if all(x is g for x in steps):  # one bucket of k: request i takes new[i], new[i + k], ...
+            assert n == len(g) * len(steps), "pops for another number of crossings"
             for i, r in enumerate(g):
                 r.kv.blocks.extend(new[i::len(g)])
         else:
@@ -253,8 +253,7 @@ class PagedAllocator(KvCacheManager):
         if self.lazy_unique and req.content is None and req.num_output < req.output_tokens:
             self._publish(req, table)  # it comes back (a preemption): its probe must find them
         self.pool.release(table.blocks)
-        table.blocks = []
-        table.num_registered = 0
+        table.blocks, table.num_registered = [], 0
 
     def _publish(self, req: Request, table: BlockTable) -> None:
         """Enter the request's unpublished blocks in the map under their keys, in table order."""
