@@ -117,8 +117,8 @@ class DecodeBlocks(Protocol):
     @property
     def pool(self) -> PoolView: ...
 
-    #: nothing watches the map (no connector, no KV events): a run's pops may go ahead of its
-    #: registrations (:meth:`append_blocks`; the map ends the same, sim/kv/block_pool.py)
+    #: nothing but the pool reads the prefix-cache map or its keys (no connector, no KV events,
+    #: no fork sharing; sim/kv/paged.py): a run's pops may go ahead of its registrations
     lazy_unique: bool
 
     def append_block(self, reqs: list[Request]) -> None:

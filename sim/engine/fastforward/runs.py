@@ -258,7 +258,7 @@ class QuietRuns:
         steps = ev[bisect_right(ev, a):bisect_right(ev, b)]
         if self.bulk and len(steps) > 1:  # async: each step appends, then registers what filled a step before
             crossing = [buckets[(s0 + j) % B] for j in steps]
-            self.blocks.append_blocks(crossing, self._p(b) - self._p(a))  # pops ahead of registrations
+            self.blocks.append_blocks(crossing, self._p(b) - self._p(a))  # pops first: they commute with registrations in the map
             if (reg := self.register) is not None:  # one bucket: its last registration covers the others
                 i = len(steps) - 1 if self.lone else 0
                 for j, g in zip(steps[i:], crossing[i:], strict=True):
