@@ -10,12 +10,13 @@ map with its duplicates, evictions and the shared excess.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
-from sim.kv.block_pool import FREE_ORDERS, BlockPool
+from sim.kv.block_pool import FREE_ORDERS, UNPUBLISHED, BlockPool
 
 
 @dataclass
@@ -136,16 +137,21 @@ def test_pops_releases_and_hits_keep_vllms_free_order_and_cache_map(order: str, 
         assert pool.free_queue.size == pool.usable_blocks  # every block is back
 
 
+def register(pool: BlockPool, regs: list[tuple[int, int | None]]) -> None:
+    """Registrations as the paged allocator makes them: under a key, or marked (no key)."""
+    for b, key in regs:
+        if key is None:
+            pool.block_hash[b] = UNPUBLISHED
+        else:
+            pool.cache_block(b, key)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_a_runs_pops_commute_with_its_registrations(seed: int) -> None:
     """Fast-forward pops a run piece's blocks in one call ahead of the piece's registrations
     (sim/engine/fastforward/runs.py, ``DecodeBlocks.append_blocks``). Evicting a free block and
     registering an owned one leave the same pool in either order, even under one key (few keys:
     collisions and duplicates are common), and with unpublished marks among them."""
-    import copy
-
-    from sim.kv.block_pool import UNPUBLISHED
-
     rng = np.random.default_rng(seed)
     for _ in range(40):
         n_blocks = int(rng.integers(8, 60))
@@ -174,14 +180,6 @@ def test_a_runs_pops_commute_with_its_registrations(seed: int) -> None:
         if not steps:
             continue
         one_by_one, bulk = pool, copy.deepcopy(pool)
-
-        def register(p: BlockPool, regs: list[tuple[int, int | None]]) -> None:
-            for b, key in regs:
-                if key is None:
-                    p.block_hash[b] = UNPUBLISHED
-                else:
-                    p.cache_block(b, key)
-
         popped: list[int] = []
         for c, regs in steps:
             popped += one_by_one.get_new_blocks(c)
