@@ -95,3 +95,33 @@ def test_a_window_waits_for_the_router_instead_of_ending(sync: bool, monkeypatch
     total = sum(len(s) for s in paused.steps)
     exact_paused, exact_ended = total - paused.ff_steps, total - ended.ff_steps
     assert exact_paused * 2 < exact_ended, (exact_paused, exact_ended)
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_a_sleeping_replicas_outstanding_tokens_are_served_from_its_cache_and_always_fresh(
+        sync: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router reads every replica at every arrival; a lazily read replica counts its
+    requests' outstanding tokens once between two runs of its loop (sim/engine/resumes.py). Every
+    read served from that count equals a count made afresh at that read, and many reads are."""
+    from sim.engine.replica import Replica
+
+    count = Replica.outstanding_tokens.fget
+    served: list[int] = []
+
+    def checked(self: Replica) -> int:
+        cached = self._ot is not None
+        v = count(self)
+        self._ot = None
+        fresh = count(self)
+        assert v == fresh, (self.env.now, v, fresh)
+        served.append(cached)
+        return v
+
+    monkeypatch.setattr(Replica, "outstanding_tokens", property(checked))
+    tie = ties()
+    for kw, trace in (({"num_gpu_blocks": 900, "max_model_len": 8192}, azure(speed=1.5)),
+                      ({"cost_model": "constant:0.01", "num_gpu_blocks": 300, "max_model_len": 2048}, tie)):
+        served.clear()  # (ties: two arrivals an instant, the second read after the first's submission)
+        res = replay_fleet([make_config(**kw, async_scheduling=not sync)] * 4, trace, "least-outstanding-tokens")
+        assert res.requests["status"].eq("finished").all()
+        assert sum(served) > len(served) // (4 if trace is not tie else 100), (sum(served), len(served))

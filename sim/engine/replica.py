@@ -27,6 +27,7 @@ import simpy
 from sim.engine.fastforward.ordering import Order, order_of
 from sim.engine.fastforward.pause import Nap
 from sim.engine.fastforward.window import Window, fast_forward
+from sim.engine.resumes import clearing
 from sim.engine.sleep import sleep_until
 from sim.engine.step import InFlight, StepKernel
 from sim.engine.views import KernelViews
@@ -69,17 +70,20 @@ class Replica(KernelViews):
         self._wake: simpy.Event | None = None
         #: the time of the step being planned (also inside a fast-forward window): KV events' stamp
         self.clock = 0.0
-        self.process = env.process(self._loop())
+        self._ot: int | None = None  # the requests' outstanding tokens while the loop sleeps (resumes.py)
+        self.process = env.process(clearing(self, self._loop()))
 
     # ---- arrivals -----------------------------------------------------------------------------
     def submit(self, req: Request) -> None:
         """Hand a request to this replica (arrival order); wakes an idle loop."""
         self._inbox.append(req)
+        self._ot = None
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
     def submit_all(self, reqs: Iterable[Request]) -> None:
         self._inbox.extend(reqs)
+        self._ot = None
 
     def follow_router(self, next_arrival: Callable[[], float], *, routed: Callable[[], simpy.Event] | None = None,
                       real_counts: bool = True, lazy_reads: bool = False) -> None:
@@ -135,16 +139,19 @@ class Replica(KernelViews):
     def outstanding_tokens(self) -> int:
         """Tokens still to process for submitted, waiting and running requests (router signal)."""
         k = self.kernel
-        s = k.sched
-        tot = -k.virtual_tokens if k.virtual_at is None else -k.virtual_at(self.env.now)
-        if self._cursor < len(self._inbox):
-            tot += sum(r.final_tokens for r in self._inbox[self._cursor:])
-        for r in s.running:  # (the router reads every replica at every arrival: plain loops)
-            tot += r.final_tokens - r.num_computed_tokens
-        if s.waiting:
-            for r in s.waiting:
+        tot = self._ot
+        if tot is None:  # once since the loop last ran (sim/engine/resumes.py)
+            tot, s = 0, k.sched
+            if self._cursor < len(self._inbox):
+                tot += sum(r.final_tokens for r in self._inbox[self._cursor:])
+            for r in s.running:  # (the router reads every replica at every arrival: plain loops)
                 tot += r.final_tokens - r.num_computed_tokens
-        return tot
+            if s.waiting:
+                for r in s.waiting:
+                    tot += r.final_tokens - r.num_computed_tokens
+            if self._lazy:  # (only the loop and submit change a lazily read replica's requests)
+                self._ot = tot
+        return tot - (k.virtual_tokens if k.virtual_at is None else k.virtual_at(self.env.now))
 
     # ---- the loop -----------------------------------------------------------------------------
     def _loop(self) -> Generator[simpy.Event, Any, None]:

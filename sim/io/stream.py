@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ class _Sums:
         """Fold one chunk (a record array or a frame with the step columns) into the sums."""
         w = np.asarray(a["duration_s"], dtype=np.float64)
         cats = {c: np.asarray(a[c]) for c in MEM_CATS}
-        pool = sum(cats[c].astype(np.float64) for c in MEM_CATS)
+        pool = reduce(np.add, (cats[c] for c in MEM_CATS)).astype(np.float64)  # int sums below 2**53: the float sums
         for c in MEM_CATS:
             share = cats[c] / pool
             self.wshare[c] += float(np.multiply(share, w).sum())
@@ -78,7 +79,8 @@ class _Sums:
         held = cats["token_state_slots"] + cats["internal_frag_slots"] + cats["reserved_slots"]
         self.held_peak = max(self.held_peak, int(held.max()))
         saved = np.asarray(a["shared_blocks_saved"])
-        self.saved += float((saved / (saved + np.clip(held / block_size, 1, None))).sum())
+        if saved.any():  # (else every share is 0.0 and so is their sum)
+            self.saved += float((saved / (saved + np.clip(held / block_size, 1, None))).sum())
         self.n += len(w)
 
     def stats(self, paged: bool) -> StepStats:
