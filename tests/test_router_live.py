@@ -106,7 +106,7 @@ def test_a_sleeping_replicas_outstanding_tokens_are_served_from_its_cache_and_al
     from sim.engine.replica import Replica
 
     count = Replica.outstanding_tokens.fget
-    served: list[int] = []
+    served: list[bool] = []  # per read: served from the cache
 
     def checked(self: Replica) -> int:
         cached = self._ot is not None
