@@ -29,9 +29,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from record import emit
 
 from sim.cluster.stream_replay import replay_streamed
 from sim.config import make_config
+from sim.cost.for_config import cost_model_for
 from workloads import load_trace
 from workloads.schema import Trace, validate
 
@@ -91,6 +93,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--record", type=Path, default=None, help="append the run's JSON record to this file")
     ap.add_argument("--compare-pausing", action="store_true",
                     help="replay again with lazy router reads off (windows pause at every arrival); print the ratio")
     args = ap.parse_args()
@@ -113,6 +116,12 @@ def main() -> None:
           f"{sum(res.preemptions):,} preemptions; TTFT p99 {res.ttft_s.p99:.3f} s, TPOT p99 {res.tpot_s.p99:.4f} s")
     print(f"wall {wall:.1f} s (target <= 120 s), peak RSS {peak_rss_gib():.2f} GiB (target <= 4 GiB)"
           + (f"; wrote {args.out}" if args.out else "; summary only"))
+    figures = {"requests": args.requests, "hours": args.hours, "replayed": res.num_requests,
+               "finished": res.num_finished, "replicas": args.replicas, "router": args.router,
+               "model": args.model, "gpu": args.gpu, "steps": res.num_steps, "preemptions": sum(res.preemptions),
+               "ttft_p99_s": round(res.ttft_s.p99, 4), "tpot_p99_s": round(res.tpot_s.p99, 5),
+               "wall_s": round(wall, 1), "peak_rss_gib": round(peak_rss_gib(), 2), "generate_s": round(gen_s, 1),
+               "summary_only": args.out is None}
     if args.compare_pausing:  # the same replay in this process, each replica pausing at every arrival
         t2 = time.perf_counter()
         paused = replay_streamed([cfg] * args.replicas, trace, args.router, None, lazy_reads=False)
@@ -121,6 +130,8 @@ def main() -> None:
                                                                                     res.tpot_s, res.e2e_s)
         print(f"pausing at every arrival: {wall2:.1f} s, {wall2 / wall:.2f}x the lazy-read replay "
               f"({'the same' if same else 'DIFFERENT'} steps and percentiles)")
+        figures |= {"pausing_wall_s": round(wall2, 1), "pausing_same": same}
+    emit("bench_day", cost_model_for(cfg).name, figures, args.record)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from record import emit
+
 from sim.config.schema import make_config
 from sim.engine.replica import Replica
 from sim.run.simulate import simulate
@@ -59,6 +61,7 @@ def main() -> None:
     ap.add_argument("--skip-exact", action="store_true")
     ap.add_argument("--limit", type=int, default=0, help="first N requests only (smoke run)")
     ap.add_argument("--vidur-s", type=float, default=None, help="Vidur's loop time on this trace, same session")
+    ap.add_argument("--record", type=Path, default=None, help="append the run's JSON record to this file")
     a = ap.parse_args()
     path = a.trace
     if path is None:
@@ -90,6 +93,15 @@ def main() -> None:
         print(f"vs Vidur's loop {a.vidur_s:.1f} s (same session): {a.vidur_s / ff['wall_s']:.1f}x")
     if len(rows) > 1:
         print(f"fast-forward speed-up over --exact-steps (same process): {rows[1][1]['wall_s'] / ff['wall_s']:.1f}x")
+    figures: dict[str, Any] = {"trace": path.name, "config": CONFIG, **{k: ff[k] for k in (
+        "requests", "finished", "steps", "ff_steps", "quiet_steps", "preemptions")},
+        "loop_s": round(ff["wall_s"], 3), "cpu_s": round(ff["cpu_s"], 3), "req_per_s": round(ff["req_per_s"]),
+        "steps_per_s": round(ff["steps_per_s"])}
+    if len(rows) > 1:
+        figures["exact_loop_s"] = round(rows[1][1]["wall_s"], 3)
+    if a.vidur_s:
+        figures["vidur_s_same_session"] = a.vidur_s
+    emit("bench_engine", ff["cost"], figures, a.record)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ import sys
 import time
 from pathlib import Path
 
+from record import emit
+
 from sim.cluster.replay import replay_fleet
 from sim.config.schema import make_config
 from sim.cost.for_config import cost_model_for
@@ -72,6 +74,7 @@ def main() -> None:
     ap.add_argument("--skip-exact", action="store_true")
     ap.add_argument("--trace", type=Path, default=None)
     ap.add_argument("--serving-stack", default=None, help="e.g. vllm-2023 (the issue's default then)")
+    ap.add_argument("--record", type=Path, default=None, help="append the run's JSON record to this file")
     a = ap.parse_args()
     path = a.trace or trace_path()
     if path is None:
@@ -100,6 +103,8 @@ def main() -> None:
     if "kv-aware --exact-steps" in walls:
         print(f"fast-forward speed-up with live kv-aware routing: "
               f"{walls['kv-aware --exact-steps'] / walls['kv-aware (live)']:.2f}x")
+    emit("bench_fleet", cost.name, {"trace": path.name, "replicas": a.replicas, "config": CONFIG,
+                                    "wall_s": {k: round(v, 2) for k, v in walls.items()}}, a.record)
 
 
 if __name__ == "__main__":

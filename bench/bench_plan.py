@@ -17,6 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+from record import emit
+
+from sim.config import make_config
+from sim.cost.for_config import cost_model_for
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -32,6 +37,7 @@ def main() -> None:
     ap.add_argument("--backend", default="local")
     ap.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 2))
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--record", type=Path, default=None, help="append the run's JSON record to this file")
     args = ap.parse_args()
     if args.trace is None:
         raise SystemExit("no trace: set KVSIM_DATA (a folder with traces/azure_llm_2023/) or pass --trace")
@@ -45,6 +51,9 @@ def main() -> None:
     print(f"date {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores; load avg "
           f"{os.getloadavg()[0]:.1f}; {args.backend} backend, {args.workers} workers")
     print(f"kvsim plan: {wall:.1f} s (6 candidates x 3 seeds, band edge and routed validation included)")
+    emit("bench_plan", cost_model_for(make_config(model="llama-3.1-8b", gpu="h100")).name,
+         {"trace": args.trace.name, "grid": "h100,a100-80gb,l40s x tp 1,2", "rate_scale": 10,
+          "backend": args.backend, "workers": args.workers, "wall_s": round(wall, 1)}, args.record)
 
 
 if __name__ == "__main__":

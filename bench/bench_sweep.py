@@ -22,7 +22,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from record import emit
 
+from sim.config import make_config
+from sim.cost.for_config import cost_model_for
 from sim.sweep import expand, run_sweep
 from sim.sweep.point import Point
 
@@ -48,6 +51,7 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=default_trace())
     ap.add_argument("--points", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--record", type=Path, default=None, help="append the run's JSON record to this file")
     args = ap.parse_args()
     if args.trace is None:
         raise SystemExit("no trace: set KVSIM_DATA (a folder with traces/azure_llm_2023/) or pass --trace")
@@ -70,6 +74,12 @@ def main() -> None:
           + (f", mean wall {der['wall_s'].mean():.3f} s)" if len(der) else ")"))
     print(f"total {wall:.1f} s ({wall / 60:.1f} min) -> {60 * len(pts) / wall:.1f} points/minute; "
           f"1,000 points would take {1000 * wall / len(pts) / 60:.1f} min (target <= 10 min)")
+    emit("bench_sweep", cost_model_for(make_config()).name,
+         {"trace": args.trace.name, "requests_per_point": int(ok["num_requests"].iloc[0]), "points": len(pts),
+          "failed": run.failed, "jobs": args.jobs, "simulated": len(sim), "derived": len(der),
+          "simulated_mean_s": round(float(sim["wall_s"].mean()), 2),
+          "derived_mean_s": round(float(der["wall_s"].mean()), 3) if len(der) else None,
+          "wall_s": round(wall, 1), "points_per_min": round(60 * len(pts) / wall, 1)}, args.record)
 
 
 if __name__ == "__main__":
