@@ -41,13 +41,19 @@ def main() -> None:
     args = ap.parse_args()
     if args.trace is None:
         raise SystemExit("no trace: set KVSIM_DATA (a folder with traces/azure_llm_2023/) or pass --trace")
-    out = args.out or ROOT / "reports" / ("plan-azure-conv" + ("" if args.backend == "local" else "-ray"))
+    out = args.out or Path("reports") / ("plan-azure-conv" + ("" if args.backend == "local" else "-ray"))  # runs in ROOT
     cmd = [sys.executable, "-m", "sim.cli.main", "plan", str(args.trace), "--model", "llama-3.1-8b",
            "--gpu", "h100,a100-80gb,l40s", "--tp", "1,2", "--slo-ttft-p99", "1.0", "--slo-tpot-p99", "0.1",
            "--rate-scale", "10", "--backend", args.backend, "--workers", str(args.workers), "--out", str(out)]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT)
     wall = time.perf_counter() - t0
+    data = os.environ.get("KVSIM_DATA")
+    if data and args.out is None:  # the committed bundle names no machine's paths: the data folder as $KVSIM_DATA
+        for name in ("inputs.yaml", "rerun.sh", "plan.md"):
+            f = ROOT / out / name
+            if f.exists():
+                f.write_text(f.read_text().replace(str(Path(data)), "$KVSIM_DATA"))
     print(f"date {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores; load avg "
           f"{os.getloadavg()[0]:.1f}; {args.backend} backend, {args.workers} workers")
     print(f"kvsim plan: {wall:.1f} s (6 candidates x 3 seeds, band edge and routed validation included)")

@@ -63,10 +63,10 @@ def _day(r: dict[str, Any]) -> tuple[str, str]:
            f"TTFT p99 {r['ttft_p99_s']:.3f} s; **{r['wall_s']:.1f} s**, peak RSS {r['peak_rss_gib']:.2f} GiB")
     if "pausing_wall_s" in r:
         fig += f"; pausing at every arrival {r['pausing_wall_s']:.1f} s"
-    full = r["hours"] >= 24 and r["replayed"] >= 1_000_000
-    ok = full and r["wall_s"] <= 120 and r["peak_rss_gib"] <= 4
-    verdict = "met" if ok else ("not met" if full else "not judged (not the full day)")
-    return fig, f"<= 120 s and <= 4 GiB -- {verdict}"
+    if not (r["hours"] >= 24 and r["replayed"] >= 1_000_000):
+        return fig, "<= 120 s and <= 4 GiB -- not judged (not the full day)"
+    return fig, (f"<= 120 s -- {'met' if r['wall_s'] <= 120 else 'not met'}; "
+                 f"<= 4 GiB -- {'met' if r['peak_rss_gib'] <= 4 else 'not met'}")
 
 
 def _sweep(r: dict[str, Any]) -> tuple[str, str]:

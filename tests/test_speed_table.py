@@ -1,0 +1,74 @@
+"""The README's Speed figures are rendered from the benches' JSON records, never typed in."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+
+RECORDS = REPO / "bench" / "results" / "speed.jsonl"
+
+
+def bench_module(name: str) -> ModuleType:
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+
+
+def engine_record(loop_s: float, date: str, cost: str = "calibrated (a100-80gb, tp=2, vllm-v1 stack)") -> dict[str, Any]:
+    return {"bench": "bench_engine", "date": date, "machine": {"cores": 2, "python": "3.11.7", "load_avg_1m": 1.0},
+            "cost_model": cost, "command": "python bench/bench_engine.py", "requests": 19366, "finished": 18950,
+            "steps": 93365, "ff_steps": 90413, "preemptions": 2966, "loop_s": loop_s,
+            "req_per_s": round(19366 / loop_s), "steps_per_s": round(93365 / loop_s)}
+
+
+def test_the_newest_record_of_each_bench_is_the_row_and_names_its_cost_model_and_machine() -> None:
+    st = bench_module("speed_table")
+    old, new = engine_record(3.0, "2026-01-01 00:00 UTC"), engine_record(1.2, "2026-01-02 00:00 UTC", cost="roofline")
+    table = st.render([old, new], "x.jsonl")
+    rows = [line for line in table.splitlines() if line.startswith("| bench_engine")]
+    assert len(rows) == 1
+    assert "2026-01-02 00:00 UTC" in rows[0] and "roofline" in rows[0] and "2 cores, Python 3.11.7" in rows[0]
+    assert "loop 1.20 s" in rows[0]
+
+
+@pytest.mark.parametrize(("loop_s", "verdict"), [(1.2, "-- met"), (3.0, "-- not met")])
+def test_the_vidur_target_is_judged_from_the_loop_time(loop_s: float, verdict: str) -> None:
+    st = bench_module("speed_table")
+    row = st.render([engine_record(loop_s, "2026-01-01 00:00 UTC")], "x.jsonl").splitlines()[-1]
+    assert row.endswith(verdict + " |")
+    assert f"about {66.1 / 1.45 / loop_s:.0f}x (estimate" in row
+
+
+def test_a_partial_day_is_not_judged_against_the_full_days_target() -> None:
+    st = bench_module("speed_table")
+    rec = {"bench": "bench_day", "date": "d", "cost_model": "c", "command": "python bench/bench_day.py --hours 1",
+           "requests": 1_000_000, "hours": 1.0, "replayed": 30_000, "finished": 30_000, "replicas": 32,
+           "router": "least-outstanding-tokens", "model": "m", "gpu": "g", "steps": 1, "preemptions": 0,
+           "ttft_p99_s": 0.07, "wall_s": 10.0, "peak_rss_gib": 0.3}
+    assert "not judged (not the full day)" in st.render([rec], "x.jsonl")
+
+
+def test_a_malformed_record_line_is_one_error_naming_file_and_line(tmp_path: Path) -> None:
+    rec = bench_module("record")
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(engine_record(1.0, "d")) + "\n{not json\n")
+    with pytest.raises(SystemExit, match=r"r\.jsonl:2: not a JSON record"):
+        rec.read(path)
+
+
+def test_the_readme_speed_block_is_the_rendering_of_the_committed_records() -> None:
+    st = bench_module("speed_table")
+    table = st.render(bench_module("record").read(RECORDS), "bench/results/speed.jsonl")
+    readme = (REPO / "README.md").read_text()
+    assert st.splice(readme, table) == readme, "README Speed block is stale: run bench/speed_table.py --readme"
+    assert {"bench_engine", "bench_day", "bench_sweep"} <= set(st.newest(bench_module("record").read(RECORDS)))
