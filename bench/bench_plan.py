@@ -23,6 +23,7 @@ from sim.config import make_config
 from sim.cost.for_config import cost_model_for
 
 ROOT = Path(__file__).resolve().parents[1]
+GPUS, TPS = ("h100", "a100-80gb", "l40s"), (1, 2)
 
 
 def default_trace() -> Path | None:
@@ -43,7 +44,7 @@ def main() -> None:
         raise SystemExit("no trace: set KVSIM_DATA (a folder with traces/azure_llm_2023/) or pass --trace")
     out = args.out or Path("reports") / ("plan-azure-conv" + ("" if args.backend == "local" else "-ray"))  # runs in ROOT
     cmd = [sys.executable, "-m", "sim.cli.main", "plan", str(args.trace), "--model", "llama-3.1-8b",
-           "--gpu", "h100,a100-80gb,l40s", "--tp", "1,2", "--slo-ttft-p99", "1.0", "--slo-tpot-p99", "0.1",
+           "--gpu", ",".join(GPUS), "--tp", ",".join(map(str, TPS)), "--slo-ttft-p99", "1.0", "--slo-tpot-p99", "0.1",
            "--rate-scale", "10", "--backend", args.backend, "--workers", str(args.workers), "--out", str(out)]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT)
@@ -57,8 +58,10 @@ def main() -> None:
     print(f"date {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores; load avg "
           f"{os.getloadavg()[0]:.1f}; {args.backend} backend, {args.workers} workers")
     print(f"kvsim plan: {wall:.1f} s (6 candidates x 3 seeds, band edge and routed validation included)")
-    emit("bench_plan", cost_model_for(make_config(model="llama-3.1-8b", gpu="h100")).name,
-         {"trace": args.trace.name, "grid": "h100,a100-80gb,l40s x tp 1,2", "rate_scale": 10,
+    names = [cost_model_for(make_config(model="llama-3.1-8b", gpu=g, tensor_parallel_size=tp)).name
+             for g in GPUS for tp in TPS]  # one cost model per GPU x TP
+    emit("bench_plan", "; ".join(names),
+         {"trace": args.trace.name, "grid": f"{','.join(GPUS)} x tp {','.join(map(str, TPS))}", "rate_scale": 10,
           "backend": args.backend, "workers": args.workers, "wall_s": round(wall, 1)}, args.record)
 
 

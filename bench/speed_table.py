@@ -39,6 +39,10 @@ def newest(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _met(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
 def _machine(r: dict[str, Any]) -> str:
     m = r.get("machine", {})
     return f"{m.get('cores', '?')} cores, Python {m.get('python', '?')}, load {m.get('load_avg_1m', '?')}"
@@ -54,7 +58,7 @@ def _engine(r: dict[str, Any]) -> tuple[str, str]:
         ratio, how = r["vidur_s_same_session"] / r["loop_s"], "Vidur measured in the same session"
     else:
         ratio, how = VIDUR_ISSUE_S / ISSUE_MACHINE_SLOWER / r["loop_s"], "estimate: Vidur not run here"
-    return fig, f">= 30x Vidur: about {ratio:.0f}x ({how}) -- {'met' if ratio >= 30 else 'not met'}"
+    return fig, f">= 30x Vidur: about {ratio:.0f}x ({how}) -- {_met(ratio >= 30)}"
 
 
 def _day(r: dict[str, Any]) -> tuple[str, str]:
@@ -65,8 +69,7 @@ def _day(r: dict[str, Any]) -> tuple[str, str]:
         fig += f"; pausing at every arrival {r['pausing_wall_s']:.1f} s"
     if not (r["hours"] >= 24 and r["replayed"] >= 1_000_000):
         return fig, "<= 120 s and <= 4 GiB -- not judged (not the full day)"
-    return fig, (f"<= 120 s -- {'met' if r['wall_s'] <= 120 else 'not met'}; "
-                 f"<= 4 GiB -- {'met' if r['peak_rss_gib'] <= 4 else 'not met'}")
+    return fig, f"<= 120 s -- {_met(r['wall_s'] <= 120)}; <= 4 GiB -- {_met(r['peak_rss_gib'] <= 4)}"
 
 
 def _sweep(r: dict[str, Any]) -> tuple[str, str]:
@@ -74,7 +77,7 @@ def _sweep(r: dict[str, Any]) -> tuple[str, str]:
     fig = (f"{r['points']:,} points, {r['jobs']} workers, {r['requests_per_point']:,} requests each: "
            f"**{r['wall_s']:.1f} s** ({r['points_per_min']:,} points/min); {r['simulated']} simulated "
            f"({r['simulated_mean_s']} s each), {r['derived']} derived, {r['failed']} failed")
-    return fig, f"1,000 points <= 10 min: {per_1000:.1f} min -- {'met' if per_1000 <= 10 else 'not met'}"
+    return fig, f"1,000 points <= 10 min: {per_1000:.1f} min -- {_met(per_1000 <= 10)}"
 
 
 def _plan(r: dict[str, Any]) -> tuple[str, str]:
@@ -100,7 +103,10 @@ def render(records: list[dict[str, Any]], source: str) -> str:
              "| bench | command | cost model | machine, date | figures | target |", "| --- | --- | --- | --- | --- | --- |"]
     for name in sorted(last, key=lambda b: (ORDER.index(b) if b in ORDER else len(ORDER), b)):
         r = last[name]
-        fig, target = RENDER[name](r) if name in RENDER else (str({k: v for k, v in r.items()}), "")
+        try:
+            fig, target = RENDER[name](r) if name in RENDER else (str(r), "")
+        except KeyError as e:
+            raise SystemExit(f"{source}: the newest {name} record has no field {e.args[0]!r}") from None
         lines.append(f"| {name} | `{r['command']}` | {r['cost_model']} | {_machine(r)}, {r['date']} | {fig} | {target} |")
     return "\n".join(lines) + "\n"
 
@@ -121,6 +127,9 @@ def main() -> None:
     ap.add_argument("--check", action="store_true", help="exit 1 if the README's block is not this rendering")
     a = ap.parse_args()
     src = a.records.resolve()
+    for f in (a.records, a.readme):
+        if f is not None and not f.is_file():
+            raise SystemExit(f"{f}: no such file")
     table = render(read(a.records), (src.relative_to(ROOT) if src.is_relative_to(ROOT) else src).as_posix())
     if a.readme is None:
         print(table, end="")

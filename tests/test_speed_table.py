@@ -72,3 +72,11 @@ def test_the_readme_speed_block_is_the_rendering_of_the_committed_records() -> N
     readme = (REPO / "README.md").read_text()
     assert st.splice(readme, table) == readme, "README Speed block is stale: run bench/speed_table.py --readme"
     assert {"bench_engine", "bench_day", "bench_sweep"} <= set(st.newest(bench_module("record").read(RECORDS)))
+
+
+def test_a_record_missing_a_field_is_one_error_naming_the_bench_and_field() -> None:
+    st = bench_module("speed_table")
+    rec = engine_record(1.0, "d")
+    del rec["loop_s"]
+    with pytest.raises(SystemExit, match=r"x\.jsonl: the newest bench_engine record has no field 'loop_s'"):
+        st.render([rec], "x.jsonl")
