@@ -47,14 +47,21 @@ def concat_steps(parts: list[np.ndarray]) -> np.ndarray:
 
 class StepLog:
     """The step records of one replica, in step order: tuples (a single append on the hot
-    path) and, from fast-forward's runs of quiet steps, whole record arrays (:meth:`extend`)."""
+    path) and, from fast-forward's runs of quiet steps, whole record arrays (:meth:`extend`).
 
-    __slots__ = ("append", "in_parts", "parts", "rows")
+    The tuples are converted when the records are read (:meth:`take`, :meth:`frame`), all in
+    one ``fromiter``, and a run's array goes in after the tuples appended before it (``cuts``);
+    converting them at every run cost one ``fromiter`` a run. ``FOLD_AT`` tuples at most are
+    held (about 400 bytes each, against 136 as a record)."""
+
+    __slots__ = ("append", "cuts", "in_parts", "parts", "rows")
+    FOLD_AT = 1 << 16
 
     def __init__(self) -> None:
         self.rows: list[StepRecord] = []
         self.append = self.rows.append
-        self.parts: list[np.ndarray] = []   # earlier records, as STEP_DTYPE arrays, in order
+        self.parts: list[np.ndarray] = []   # record arrays, in order, each after rows[:cut]
+        self.cuts: list[int] = []
         self.in_parts = 0
 
     def __len__(self) -> int:
@@ -62,28 +69,42 @@ class StepLog:
 
     def extend(self, records: np.ndarray) -> None:
         """Append records given as a STEP_DTYPE array (after every record so far)."""
-        self._fold()
+        self.cuts.append(len(self.rows))
         self.parts.append(records)
         self.in_parts += len(records)
+        if len(self.rows) >= self.FOLD_AT:
+            self._merge()
 
-    def _fold(self) -> None:
-        rows = self.rows
-        if rows:
-            self.parts.append(np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows)))  # one C pass
-            self.in_parts += len(rows)
-            rows.clear()  # in place: the engine keeps its bound append
+    def _merge(self) -> np.ndarray | None:
+        """Every record held as one array, kept as the log's only part (None: none)."""
+        rows, parts = self.rows, self.parts
+        if not rows:
+            if not parts:
+                return None
+            if len(parts) == 1:
+                return parts[0]
+        r = np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows)) if rows else None  # one C pass
+        pieces, prev = [], 0
+        for cut, part in zip(self.cuts, parts, strict=True):
+            if cut > prev:
+                pieces.append(r[prev:cut])  # type: ignore[index]
+                prev = cut
+            pieces.append(part)
+        if prev < len(rows):
+            pieces.append(r[prev:])  # type: ignore[index]
+        a = pieces[0] if len(pieces) == 1 else concat_steps(pieces)
+        rows.clear()  # in place: the engine keeps its bound append
+        self.parts, self.cuts, self.in_parts = [a], [0], len(a)
+        return a
 
     def take(self) -> np.ndarray | None:
         """Every record held, as one array (None: none), and empty the log."""
-        self._fold()
-        parts = self.parts
-        if not parts:
-            return None
-        a = parts[0] if len(parts) == 1 else concat_steps(parts)
-        self.parts, self.in_parts = [], 0
+        a = self._merge()
+        self.parts, self.cuts, self.in_parts = [], [], 0
         return a
 
     def frame(self) -> pd.DataFrame:
-        self._fold()
-        a = concat_steps(self.parts) if self.parts else np.empty(0, STEP_DTYPE)
+        a = self._merge()
+        if a is None:
+            a = np.empty(0, STEP_DTYPE)
         return pd.DataFrame({name: a[name] for name in STEP_COLUMNS})

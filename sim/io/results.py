@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ MEM_CATS = ("token_state_slots", "reserved_slots", "internal_frag_slots", "exter
 
 def request_frame(reqs: list[Request]) -> pd.DataFrame:
     def col(name: str, dtype: Any) -> np.ndarray:
-        return np.fromiter((getattr(r, name) for r in reqs), dtype=dtype, count=len(reqs))
+        return np.fromiter(map(attrgetter(name), reqs), dtype=dtype, count=len(reqs))
 
     def neg_nan(a: np.ndarray) -> np.ndarray:
         return np.where(a < 0, np.nan, a)

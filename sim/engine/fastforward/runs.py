@@ -39,8 +39,8 @@ import numpy as np
 
 from sim.engine.fastforward.decoders import boundary
 from sim.engine.fastforward.pause import Nap, Pausing, pause
+from sim.engine.fastforward.run_records import RunShape, run_records
 from sim.engine.step import StepKernel
-from sim.io.records import STEP_COLUMNS, STEP_DTYPE
 from sim.kv.base import DecodeBlocks
 
 MIN_RUN = 48     # steps a new run must be able to reach to pay for its arrays (measured: 16 lost on 8 x 70B)
@@ -121,7 +121,7 @@ class QuietRuns:
         if n:
             decoders, c0_sum = self.key[0], self.key[1]  # type: ignore[index]
             self.t, self.pages, self.ctx = self.T[off], self._p(off), c0_sum + decoders * (self.s0 + off)
-            self.p_start, self.p_dt = self.T[off - 1], self.dt[off - 1]
+            self.p_start, self.p_dt = self.T[off - 1], float(self.dt[off - 1])
         return n
 
     def _take_lazy(self, off0: int, H: int, due: float, p_start: float) -> Generator[Any, Any, int]:
@@ -202,11 +202,16 @@ class QuietRuns:
         T = np.empty(H + 1)
         T[0], T[1:] = t, dt
         np.add.accumulate(T, out=T)  # T[j]: end of step j (sequential sums, as t += dt)
-        self.rec = self._records(H, o, T, p_start, p_dt, dt, ctx, cum, key)
-        # laid out once as Python lists: a commit slices them (no numpy per piece)
-        self.dt = dl = dt.tolist()
-        self.durs = [p_dt, *dl[:-1]] if self.lag else dl  # what each committed step adds to the busy time
-        self.T = T.tolist()
+        _, _, qnw, nrun, shared = key
+        self.rec = rec = run_records(RunShape(k.step, self.lag, B, F0, self.usable, self.nulls, decoders, qnw, nrun,
+                                              shared), o, T, p_start, p_dt, dt, ctx, cum)
+        # the busy time after each step: from the busy time now, one float sum after another (as
+        # step by step) of the records' durations
+        busy = np.empty(H + 1)
+        busy[0], busy[1:] = k.busy_s, rec["duration_s"]
+        np.add.accumulate(busy, out=busy)
+        self.dt, self.busy = dt, busy
+        self.T = T.tolist()  # laid out once as Python lists: a commit or a read bisects them
         self.cum, self.P0, self.F0 = cum, pages, F0  # blocks taken, by offset
         # offsets that take blocks, and the one after the run (sync registers the blocks step s+H fills)
         cross = list(range(firsts[0][0], H + 2, B)) if len(firsts) == 1 else \
@@ -218,33 +223,6 @@ class QuietRuns:
             self.ev = self.cross  # offsets of steps with pool operations
         self.s0, self.H, self.key, self.lone = s, H, key, len(firsts) == 1
         return True
-
-    def _records(self, H: int, o: np.ndarray, T: np.ndarray, p_start: float, p_dt: float, dt: np.ndarray,
-                 ctx: np.ndarray, cum: np.ndarray, key: tuple[Any, ...]) -> np.ndarray:
-        """The run's step records, as the window's quiet steps write them (sim/io/records.py).
-
-        STEP_DTYPE is 17 eight-byte fields, so the records are laid out as an ``(H, 17)`` int64
-        table (the two float columns written through a float view): the constant columns in one
-        broadcast, the others as int arithmetic on the offsets and the blocks taken."""
-        decoders, _, qnw, nrun, shared = key
-        B, k, F0 = self.B, self.k, self.fq.size
-        comp0 = decoders if self.lag else 0  # async: the record's token states lag the step by one token each
-        rec = np.empty((H, len(STEP_COLUMNS)), np.int64)
-        rec[:] = (0, 0, 0, nrun, qnw, 0, decoders, 0, 0, 0, 0, 0, self.nulls, 0, shared, 0, 0)
-        np.add(o, k.step - 1, out=rec[:, 0])                        # step
-        free = np.subtract(F0, cum, out=rec[:, 8])                  # free_blocks
-        np.subtract(ctx, comp0 + shared * B, out=rec[:, 9])         # token_state_slots: comp - shared B
-        internal = np.multiply(cum, B, out=rec[:, 11])              # internal: (used + shared) B - comp
-        internal -= ctx
-        internal += (self.usable - F0 + shared) * B + comp0
-        np.multiply(free, B, out=rec[:, 13])                        # free_slots
-        fv = rec.view(np.float64)
-        if self.lag:  # the record of step j is step j-1's (it lands as j is launched); step 0: the window's
-            fv[0, 1], fv[0, 2] = p_start, p_dt
-            fv[1:, 1], fv[1:, 2] = T[:H - 1], dt[:-1]
-        else:
-            fv[:, 1], fv[:, 2] = T[:H], dt
-        return rec.view(STEP_DTYPE)[:, 0]
 
     def _p(self, off: int) -> int:
         return self.P0 if off == 0 else self.P0 + int(self.cum[off - 1])
@@ -280,7 +258,12 @@ class QuietRuns:
             if low < margin.pass_min:
                 margin.pass_min = low
         k.log.extend(self.rec[a:b])
-        k.busy_s = reduce(add, self.durs[a:b], k.busy_s)  # one float sum after another, as step by step
+        busy = self.busy
+        if k.busy_s == busy[a]:  # the sums laid out start from here (always, unless a run is resumed elsewhere)
+            k.busy_s = float(busy[b])
+        else:  # one float sum after another, as step by step
+            d = self.rec["duration_s"][a:b].tolist()
+            k.busy_s = reduce(add, d, k.busy_s)
         k.step += n
         k.ff_steps += n
         k.bulk_steps += n
