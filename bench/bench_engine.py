@@ -14,7 +14,11 @@ figure measured in the same session. Fast-forward (the default) and ``--exact-st
 this one process, so their ratio is measured under the same load.
 
     KVSIM_DATA=DIR python bench/bench_engine.py [--trace PATH] [--cost-model SPEC] [--skip-exact]
-        [--limit N] [--vidur-s SECONDS]
+        [--limit N] [--vidur-s SECONDS] [--vidur-python PY --vidur-work DIR]
+
+``--vidur-python`` runs Vidur's loop on the same trace first, in its own environment
+(``bench/vidur_loop.py``, which says what it patches), and records both loops: the ratio of
+one run.
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import os
 import platform
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +61,19 @@ def run(trace: Any, exact: bool, cost_model: str | None) -> dict[str, Any]:
             "req_per_s": s.num_requests / wall, "steps_per_s": s.num_steps / wall}
 
 
+def run_vidur(python: str, trace: Path, profiles: Path, work: Path) -> dict[str, Any] | None:
+    """Vidur's loop on ``trace`` (bench/vidur_loop.py under ``python``); None if it failed."""
+    cmd = [python, str(Path(__file__).with_name("vidur_loop.py")), "--trace", str(trace), "--profiles", str(profiles),
+           "--work", str(work)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        if line.startswith("VIDUR "):
+            return json.loads(line[6:])  # type: ignore[no-any-return]
+    tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+    print(f"bench_engine: Vidur's loop failed (rc {out.returncode}): {tail}", file=sys.stderr)
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", type=Path, default=None, help="default: $KVSIM_DATA/" + "/".join(TRACE_IN_DATA))
@@ -61,6 +81,9 @@ def main() -> None:
     ap.add_argument("--skip-exact", action="store_true")
     ap.add_argument("--limit", type=int, default=0, help="first N requests only (smoke run)")
     ap.add_argument("--vidur-s", type=float, default=None, help="Vidur's loop time on this trace, same session")
+    ap.add_argument("--vidur-python", default=None, help="a Python with vidur installed: time Vidur's loop first")
+    ap.add_argument("--vidur-work", type=Path, default=None, help="folder for Vidur's trace copy and predictor cache")
+    ap.add_argument("--vidur-profiles", type=Path, default=None, help="default: $KVSIM_DATA/gpu_profiles/vidur")
     ap.add_argument("--record", type=Path, default=None, help="append the run's JSON record to this file")
     a = ap.parse_args()
     path = a.trace
@@ -79,6 +102,16 @@ def main() -> None:
     if a.limit:
         trace = dataclasses.replace(trace, df=trace.df.iloc[: a.limit].reset_index(drop=True))
     print(f"load: {time.perf_counter() - t0:.2f} s, {len(trace.df):,} requests")
+    vidur = None
+    if a.vidur_python:
+        if a.vidur_work is None:
+            sys.exit("bench_engine: --vidur-python needs --vidur-work DIR")
+        profiles = a.vidur_profiles or Path(os.environ.get("KVSIM_DATA", ".")) / "gpu_profiles" / "vidur"
+        vidur = run_vidur(a.vidur_python, path, profiles, a.vidur_work)
+        if vidur is not None:
+            print(f"Vidur {vidur['version']}: loop {vidur['loop_s']:.2f} s, {vidur['batches']:,} batches "
+                  f"(mean {vidur['mean_batch']}), {vidur['kv_blocks']} KV blocks, simulated to {vidur['simulated_s']:,} s")
+            a.vidur_s = vidur["loop_s"]
     rows = [("fast-forward (default)", run(trace, False, a.cost_model))]
     if not a.skip_exact:
         rows.append(("--exact-steps", run(trace, True, a.cost_model)))
@@ -90,7 +123,8 @@ def main() -> None:
               f"KV use {100 * r['kv_usage']:.1f}%")
     ff = rows[0][1]
     if a.vidur_s:
-        print(f"vs Vidur's loop {a.vidur_s:.1f} s (same session): {a.vidur_s / ff['wall_s']:.1f}x")
+        how = "same run" if vidur is not None else "same session"
+        print(f"vs Vidur's loop {a.vidur_s:.1f} s ({how}): {a.vidur_s / ff['wall_s']:.1f}x")
     if len(rows) > 1:
         print(f"fast-forward speed-up over --exact-steps (same process): {rows[1][1]['wall_s'] / ff['wall_s']:.1f}x")
     figures: dict[str, Any] = {"trace": path.name, "config": CONFIG, **{k: ff[k] for k in (
@@ -101,6 +135,8 @@ def main() -> None:
         figures["exact_loop_s"] = round(rows[1][1]["wall_s"], 3)
     if a.vidur_s:
         figures["vidur_s_same_session"] = a.vidur_s
+    if vidur is not None:
+        figures["vidur"] = vidur
     emit("bench_engine", ff["cost"], figures, a.record)
 
 

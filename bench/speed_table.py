@@ -9,11 +9,11 @@ with, the machine and date, the figures and the issue's target beside them. The 
 the rendered text between two markers; nothing between them is written by hand, so the
 section cannot drift from the runs (``tests/test_speed_table.py`` checks it).
 
-Vidur is not on PyPI and cannot be fetched here, so the one-replica ratio is an *estimate*
-unless a record carries ``vidur_s_same_session`` (``bench_engine.py --vidur-s``): issue 19
-measured Vidur's loop at 66.1 s on its machine, where the kvsim of before that wave took
-5.16 s; that same kvsim runs 1.45x faster on the 2-core VM these records come from, so
-Vidur is put at 66.1 / 1.45 = 45.6 s here.
+The one-replica ratio to Vidur is measured when the record carries Vidur's loop from the same
+run (``bench_engine.py --vidur-python``, which runs ``bench/vidur_loop.py``) or from the same
+session (``--vidur-s``). Otherwise it is an *estimate*: issue 19 measured Vidur's loop at 66.1 s
+on its machine, where the kvsim of before that wave took 5.16 s; that same kvsim runs 1.45x
+faster on the 2-core VM these records come from, so Vidur is put at 66.1 / 1.45 = 45.6 s.
 """
 
 from __future__ import annotations
@@ -54,7 +54,12 @@ def _engine(r: dict[str, Any]) -> tuple[str, str]:
            f"{r['preemptions']:,} preemptions)")
     if "exact_loop_s" in r:
         fig += f"; `--exact-steps` {r['exact_loop_s']:.2f} s in the same process ({r['exact_loop_s'] / r['loop_s']:.1f}x)"
-    if "vidur_s_same_session" in r:
+    if "vidur" in r:  # bench_engine --vidur-python: Vidur's loop just before kvsim's, in the same run
+        v = r["vidur"]
+        fig += (f"; Vidur {v['version']} (bench/vidur_loop.py) {v['loop_s']:.2f} s for {v['batches']:,} batches "
+                f"(mean {v['mean_batch']}) in the same run")
+        ratio, how = v["loop_s"] / r["loop_s"], "measured in the same run"
+    elif "vidur_s_same_session" in r:
         ratio, how = r["vidur_s_same_session"] / r["loop_s"], "Vidur measured in the same session"
     else:
         ratio, how = VIDUR_ISSUE_S / ISSUE_MACHINE_SLOWER / r["loop_s"], "estimate: Vidur not run here"

@@ -49,6 +49,31 @@ def test_the_vidur_target_is_judged_from_the_loop_time(loop_s: float, verdict: s
     assert f"about {66.1 / 1.45 / loop_s:.0f}x (estimate" in row
 
 
+def test_a_vidur_loop_from_the_same_run_replaces_the_estimate() -> None:
+    st = bench_module("speed_table")
+    rec = engine_record(2.0, "2026-01-01 00:00 UTC")
+    rec["vidur"] = {"version": "0.0.26", "loop_s": 30.0, "batches": 108161, "mean_batch": 37.8}
+    row = st.render([rec], "x.jsonl").splitlines()[-1]
+    assert "about 15x (measured in the same run) -- not met |" in row
+    assert "Vidur 0.0.26 (bench/vidur_loop.py) 30.00 s for 108,161 batches" in row
+    rec["vidur"]["loop_s"] = 61.0
+    assert st.render([rec], "x.jsonl").splitlines()[-1].endswith("(measured in the same run) -- met |")
+
+
+def test_vidur_loop_rewrites_the_conv_trace_in_vidurs_replay_format(tmp_path: Path) -> None:
+    vl = bench_module("vidur_loop")
+    conv = tmp_path / "conv.csv"
+    conv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n")
+    assert vl.write_trace(conv, tmp_path / "v.csv") == 2
+    rows = (tmp_path / "v.csv").read_text().splitlines()
+    assert rows[0] == "Date,Time,PromptTokenCount,CompletionTokenCount"
+    assert rows[1] == "d,0.0,374,44" and rows[2].startswith("d,4.314") and rows[2].endswith(",396,109")
+    args = vl.vidur_args(tmp_path / "v.csv", tmp_path)
+    assert args[args.index("--replica_config_tensor_parallel_size") + 1] == "2"
+    assert args[args.index("--vllm_scheduler_config_batch_size_cap") + 1] == "128"
+
+
 def test_a_partial_day_is_not_judged_against_the_full_days_target() -> None:
     st = bench_module("speed_table")
     rec = {"bench": "bench_day", "date": "d", "cost_model": "c", "command": "python bench/bench_day.py --hours 1",
