@@ -87,9 +87,24 @@ def decode_step_times(cost: StepCostModel, seqs: int, block_size: int) -> Decode
     dense, eta_attn, head, a_kv, a_fl, a_pg, roof, floor, tail, sched, is_async = cost.decode_terms(seqs, block_size)
 
     def times(ctx: np.ndarray, pages: np.ndarray) -> np.ndarray:
-        c = ctx.astype(np.float64)  # exact: counts < 2**53, as Python's int-to-float
-        t = dense + eta_attn * (head + a_kv * c + a_fl * (0.0 + c) + a_pg * pages.astype(np.float64))
-        t = np.maximum(np.maximum(t, roof), floor) + tail  # == the scalar ifs (no NaN: counts are finite)
-        return t + sched if not is_async else np.maximum(t, sched)
+        # the scalar expression's operations in its order, in place; a + b == b + a and a b == b a
+        # hold bit for bit in IEEE arithmetic, so only the grouping must be kept
+        c = ctx.astype(np.float64)  # exact: counts < 2**53, as Python's int-to-float (0.0 + c == c)
+        t = np.multiply(c, a_kv)
+        t += head                              # head + a_kv ctx
+        t += np.multiply(c, a_fl, out=c)       # ... + a_fl ctx
+        p = pages.astype(np.float64)
+        p *= a_pg
+        t += p                                 # ... + a_pg pages
+        t *= eta_attn
+        t += dense
+        np.maximum(t, roof, out=t)             # == the scalar ifs (no NaN: counts are finite)
+        np.maximum(t, floor, out=t)
+        t += tail
+        if not is_async:
+            t += sched
+        else:
+            np.maximum(t, sched, out=t)
+        return t
 
     return times
