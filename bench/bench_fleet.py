@@ -1,9 +1,10 @@
 """Routed-fleet speed: 8 replicas of Llama-2-70B (2x A100-80GB, TP 2 each) on the full Azure
 2023 conv trace, in one SimPy environment.
 
-Issue 18's target is >= 20x Vidur's 8-replica loop (121 s on the issue's machine, not
-re-measured here: Vidur cannot be fetched in this sandbox). Four runs in this one process, so
-their ratios are measured under the same load:
+Issue 18's target is >= 20x Vidur's 8-replica loop (121 s on the issue's machine). That
+figure is not re-measured here: ``bench/vidur_loop.py`` times one Vidur replica only (for
+``bench_engine.py``), so the "vs Vidur" column divides the issue's figure. Four runs in this one
+process, so their ratios are measured under the same load:
 
 - live KV-aware routing (llm-d's scorers, precise prefix view), fast-forward (the default);
 - live least-outstanding-tokens, fast-forward;
