@@ -175,3 +175,37 @@ def test_streamed_fleet_is_the_same_with_lazy_reads_off(bundled_trace: Trace, tm
     for name in ["requests.parquet", "replica.parquet", *(f"steps-{i}.parquet" for i in range(3))]:
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "lazy" / name),
                                       pd.read_parquet(tmp_path / "paused" / name), check_exact=True)
+
+
+def _rec(i: int) -> StepRecord:
+    return StepRecord(i, 0.5 * i, 0.25, 1, 0, 0, 1, 0, 100 - i, i, 0, 0, 16, 0, 0, 0, 0)
+
+
+def test_step_log_keeps_step_order_across_tuples_and_run_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tuples are converted only when the log is read; a run's array stays after the tuples
+    appended before it, in step order, and ``frame`` does not empty the log."""
+    import numpy as np
+
+    from sim.io.records import STEP_DTYPE
+
+    def run(steps: range) -> np.ndarray:
+        return np.array([tuple(_rec(i)) for i in steps], dtype=STEP_DTYPE)
+
+    log = StepLog()
+    for i in range(3):
+        log.append(_rec(i))
+    log.extend(run(range(3, 6)))
+    log.extend(run(range(6, 8)))
+    log.append(_rec(8))
+    log.extend(run(range(9, 12)))
+    log.append(_rec(12))
+    assert len(log) == 13
+    assert list(log.frame()["step"]) == list(range(13))   # frame reads without emptying
+    log.append(_rec(13))
+    assert len(log) == 14 and log.take()["step"].tolist() == list(range(14))
+    assert len(log) == 0 and log.take() is None
+    monkeypatch.setattr(StepLog, "FOLD_AT", 2)            # at most FOLD_AT tuples are held across a run
+    for i in range(3):
+        log.append(_rec(i))
+    log.extend(run(range(3, 4)))
+    assert not log.rows and len(log) == 4 and log.take()["start_s"].tolist() == [0.0, 0.5, 1.0, 1.5]
