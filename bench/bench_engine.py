@@ -26,16 +26,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from record import emit
+from vidur_loop import run_vidur
 
 from sim.config.schema import make_config
 from sim.engine.replica import Replica
@@ -59,19 +58,6 @@ def run(trace: Any, exact: bool, cost_model: str | None) -> dict[str, Any]:
             "quiet_steps": seen[0].kernel.bulk_steps if seen else 0, "preemptions": s.preemptions,
             "kv_usage": s.kv_usage_mean, "cost": res.cost_model,
             "req_per_s": s.num_requests / wall, "steps_per_s": s.num_steps / wall}
-
-
-def run_vidur(python: str, trace: Path, profiles: Path, work: Path) -> dict[str, Any] | None:
-    """Vidur's loop on ``trace`` (bench/vidur_loop.py under ``python``); None if it failed."""
-    cmd = [python, str(Path(__file__).with_name("vidur_loop.py")), "--trace", str(trace), "--profiles", str(profiles),
-           "--work", str(work)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    for line in out.stdout.splitlines():
-        if line.startswith("VIDUR "):
-            return json.loads(line[6:])  # type: ignore[no-any-return]
-    tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
-    print(f"bench_engine: Vidur's loop failed (rc {out.returncode}): {tail}", file=sys.stderr)
-    return None
 
 
 def main() -> None:

@@ -92,7 +92,13 @@ def _plan(r: dict[str, Any]) -> tuple[str, str]:
 
 def _fleet(r: dict[str, Any]) -> tuple[str, str]:
     walls = "; ".join(f"{k} {v:.2f} s" for k, v in r["wall_s"].items())
-    return f"{r['replicas']} replicas on {r['trace']}: {walls}", "none"
+    fig = f"{r['replicas']} replicas on {r['trace']}: {walls}"
+    if "vidur" in r:  # bench_fleet --vidur-python: Vidur's loop on as many replicas, round-robin, same run
+        v = r["vidur"]
+        ratios = ", ".join(f"{k} {v['loop_s'] / s:.1f}x" for k, s in r["wall_s"].items())
+        fig += (f"; Vidur {v['version']} {r['replicas']} replicas, round-robin, {v['loop_s']:.2f} s for "
+                f"{v['batches']:,} batches in the same run ({ratios})")
+    return fig, "none"
 
 
 RENDER = {"bench_engine": _engine, "bench_day": _day, "bench_sweep": _sweep, "bench_plan": _plan,

@@ -7,7 +7,8 @@ pins its own numpy/pandas/scikit-learn and pulls wandb, streamlit, ...), never i
     /tmp/vidur-venv/bin/python bench/vidur_loop.py --trace CONV.csv --profiles DIR --work DIR
 
 ``bench_engine.py --vidur-python /tmp/vidur-venv/bin/python --vidur-work DIR`` runs it just
-before kvsim's loop and records both, so the ratio is taken in one run.
+before kvsim's loop and records both, so the ratio is taken in one run; ``bench_fleet.py``
+does the same with ``--replicas 8`` behind Vidur's round-robin global scheduler.
 
 What it does, and what it changes in Vidur (checked against vidur 0.0.26 from PyPI):
 
@@ -24,8 +25,8 @@ What it does, and what it changes in Vidur (checked against vidur 0.0.26 from Py
 - **Timed:** ``Simulator.run``'s event loop, without writing metrics (plots and traces off).
   Predictor training (about 12 minutes on 2 cores, the first time) is cached in ``--work``.
 
-Prints one line ``VIDUR {json}``: loop seconds, set-up seconds, batches, their mean size, the
-KV blocks and the simulated end time.
+Prints one line ``VIDUR {json}``: loop seconds, set-up seconds, batches (all replicas), their
+mean size, one replica's KV blocks and the simulated end time.
 """
 
 from __future__ import annotations
@@ -43,13 +44,32 @@ MODEL_DIR = ("compute", "a100", "meta-llama", "Llama-2-70b-hf")
 NETWORK = "a100_pairwise_nvlink"
 
 
-def vidur_args(trace: Path, work: Path) -> list[str]:
-    """Vidur's command line for bench_engine's configuration (Llama-2-70B, A100, TP 2, vLLM
-    scheduler, 128 sequences, 16-token blocks, 90 % of GPU memory)."""
+def run_vidur(python: str, trace: Path, profiles: Path, work: Path, replicas: int = 1,
+              router: str = "round_robin") -> dict[str, Any] | None:
+    """Run this script under ``python`` (kvsim's side: standard library only); its ``VIDUR``
+    record, or None after a one-line message on stderr when it failed."""
+    import subprocess
+
+    cmd = [python, __file__, "--trace", str(trace), "--profiles", str(profiles), "--work", str(work),
+           "--replicas", str(replicas), "--router", router]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        if line.startswith("VIDUR "):
+            return json.loads(line[6:])  # type: ignore[no-any-return]
+    tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+    print(f"vidur_loop: Vidur's loop failed (rc {out.returncode}): {tail}", file=sys.stderr)
+    return None
+
+
+def vidur_args(trace: Path, work: Path, replicas: int = 1, router: str = "round_robin") -> list[str]:
+    """Vidur's command line for the benches' configuration (Llama-2-70B, A100, TP 2, vLLM
+    scheduler, 128 sequences, 16-token blocks, 90 % of GPU memory) on ``replicas`` replicas
+    behind Vidur's ``router`` global scheduler."""
     return ["--replica_config_model_name", "meta-llama/Llama-2-70b-hf", "--replica_config_device", "a100",
             "--replica_config_network_device", NETWORK, "--replica_config_tensor_parallel_size", "2",
             "--replica_config_num_pipeline_stages", "1", "--replica_config_gpu_memory_utilization", "0.9",
-            "--cluster_config_num_replicas", "1", "--request_generator_config_type", "trace_replay",
+            "--cluster_config_num_replicas", str(replicas), "--global_scheduler_config_type", router,
+            "--request_generator_config_type", "trace_replay",
             "--trace_request_generator_config_trace_file", str(trace), "--trace_request_generator_config_date", "d",
             "--trace_request_generator_config_prefill_scale_factor", "1",
             "--trace_request_generator_config_time_scale_factor", "1",
@@ -117,6 +137,9 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, required=True, help="AzureLLMInferenceTrace_conv.csv")
     ap.add_argument("--profiles", type=Path, required=True, help="the data folder's gpu_profiles/vidur")
     ap.add_argument("--work", type=Path, required=True, help="folder for the rewritten trace and Vidur's cache")
+    ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--router", default="round_robin", choices=("round_robin", "lor", "random"),
+                    help="Vidur's global scheduler (lor: least outstanding requests)")
     a = ap.parse_args()
     for p in (a.trace, a.profiles.joinpath(*MODEL_DIR, "mlp.csv")):
         if not p.exists():
@@ -129,7 +152,7 @@ def main() -> None:
     from vidur.simulator import Simulator
     from vidur.utils.random import set_seeds
 
-    sys.argv = ["vidur", *vidur_args(a.work / "trace.csv", a.work)]
+    sys.argv = ["vidur", *vidur_args(a.work / "trace.csv", a.work, a.replicas, a.router)]
     cfg = SimulationConfig.create_from_cli_args()
     set_seeds(cfg.seed)
     t0 = time.perf_counter()
@@ -140,7 +163,8 @@ def main() -> None:
     t2 = time.perf_counter()
     blocks = [int(s._cache_config.num_blocks) for s in getattr(sim.scheduler, "_replica_schedulers", {}).values()]
     print("VIDUR " + json.dumps({
-        "version": version("vidur"), "requests": n, "loop_s": round(t2 - t1, 3), "setup_s": round(t1 - t0, 1),
+        "version": version("vidur"), "requests": n, "replicas": a.replicas, "router": a.router,
+        "loop_s": round(t2 - t1, 3), "setup_s": round(t1 - t0, 1),
         "batches": counts["batches"], "mean_batch": round(counts["batched"] / max(counts["batches"], 1), 1),
         "kv_blocks": blocks[0] if blocks else None, "simulated_s": round(float(sim._time), 1)}), flush=True)
 

@@ -72,6 +72,18 @@ def test_vidur_loop_rewrites_the_conv_trace_in_vidurs_replay_format(tmp_path: Pa
     args = vl.vidur_args(tmp_path / "v.csv", tmp_path)
     assert args[args.index("--replica_config_tensor_parallel_size") + 1] == "2"
     assert args[args.index("--vllm_scheduler_config_batch_size_cap") + 1] == "128"
+    fleet = vl.vidur_args(tmp_path / "v.csv", tmp_path, replicas=8, router="lor")
+    assert fleet[fleet.index("--cluster_config_num_replicas") + 1] == "8"
+    assert fleet[fleet.index("--global_scheduler_config_type") + 1] == "lor"
+
+
+def test_a_fleet_record_with_vidur_shows_each_routers_ratio() -> None:
+    st = bench_module("speed_table")
+    rec = {"bench": "bench_fleet", "date": "d", "cost_model": "c", "command": "python bench/bench_fleet.py",
+           "trace": "conv.csv", "replicas": 8, "wall_s": {"round-robin (static)": 5.0, "kv-aware (live)": 10.0},
+           "vidur": {"version": "0.0.26", "loop_s": 50.0, "batches": 351775}}
+    row = st.render([rec], "x.jsonl").splitlines()[-1]
+    assert "in the same run (round-robin (static) 10.0x, kv-aware (live) 5.0x)" in row
 
 
 def test_a_partial_day_is_not_judged_against_the_full_days_target() -> None:
