@@ -50,6 +50,7 @@ def assert_fast_forward_identical(cfg_kw: dict[str, Any], trace: Any, *, check: 
     pd.testing.assert_frame_equal(ff.requests, ex.requests, check_exact=True)
     pd.testing.assert_frame_equal(ff.steps, ex.steps, check_exact=True)
     assert ff_tables == ex_tables, "the same requests freed other blocks"
+    assert ff.summary.busy_fraction == ex.summary.busy_fraction, "busy time: not the same float sums"
     return ff
 
 

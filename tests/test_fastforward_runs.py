@@ -111,3 +111,25 @@ def test_a_run_stops_at_the_first_step_whose_pops_exceed_the_free_blocks(B: int)
             step += 1
             taken += sum(n for j0, n in firsts if (step - j0) % B == 0)
         assert runs._first_short(firsts, B, free) == step - 1
+
+
+def test_a_commit_whose_laid_out_busy_sums_do_not_apply_sums_step_by_step(
+        committed: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run lays out the busy time after each step from the busy time at its start; a commit
+    that starts elsewhere (the laid-out sums do not apply) adds the durations one by one. Both
+    give ``--exact-steps``' busy time bit for bit: here every laid-out sum is made wrong, so
+    only the step-by-step path can pass."""
+    from workloads import load_trace
+
+    build, used = runs.QuietRuns._build, []
+
+    def wrong_sums(self: runs.QuietRuns, *a: Any) -> bool:
+        ok = build(self, *a)
+        if ok:
+            self.busy = self.busy + 1e-3  # no commit can start from these
+            used.append(1)
+        return ok
+
+    monkeypatch.setattr(runs.QuietRuns, "_build", wrong_sums)
+    assert_fast_forward_identical(dict(model="llama-3.1-8b", gpu="h100"), load_trace(BUNDLED))
+    assert used and sum(committed) > 100
