@@ -49,8 +49,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import vidur_loop
 from record import emit
-from vidur_loop import run_vidur
 
 from sim.cluster.replay import replay_fleet
 from sim.config.schema import make_config
@@ -78,9 +78,7 @@ def main() -> None:
     ap.add_argument("--skip-exact", action="store_true")
     ap.add_argument("--trace", type=Path, default=None)
     ap.add_argument("--serving-stack", default=None, help="e.g. vllm-2023 (the issue's default then)")
-    ap.add_argument("--vidur-python", default=None, help="a Python with vidur installed: time Vidur's loop first")
-    ap.add_argument("--vidur-work", type=Path, default=None, help="folder for Vidur's trace copy and predictor cache")
-    ap.add_argument("--vidur-profiles", type=Path, default=None, help="default: $KVSIM_DATA/gpu_profiles/vidur")
+    vidur_loop.add_options(ap)
     ap.add_argument("--record", type=Path, default=None, help="append the run's JSON record to this file")
     a = ap.parse_args()
     path = a.trace or trace_path()
@@ -91,16 +89,12 @@ def main() -> None:
     trace = load_trace(path)
     cost = cost_model_for(make_config(**CONFIG, **({"serving_stack": a.serving_stack} if a.serving_stack else {})))
     print(f"{trace.num_requests:,} requests; {a.replicas} x Llama-2-70B on 2x A100-80GB TP 2; cost model: {cost.name}")
-    vidur, vidur_s, how = None, VIDUR_8_REPLICAS_S, "issue 18's figure"
-    if a.vidur_python:
-        if a.vidur_work is None:
-            sys.exit("bench_fleet: --vidur-python needs --vidur-work DIR")
-        profiles = a.vidur_profiles or Path(os.environ.get("KVSIM_DATA", ".")) / "gpu_profiles" / "vidur"
-        vidur = run_vidur(a.vidur_python, path, profiles, a.vidur_work, replicas=a.replicas)
-        if vidur is not None:
-            vidur_s, how = vidur["loop_s"], "same run"
-            print(f"Vidur {vidur['version']}, {a.replicas} replicas, round-robin: loop {vidur_s:.2f} s, "
-                  f"{vidur['batches']:,} batches (mean {vidur['mean_batch']}), simulated to {vidur['simulated_s']:,} s")
+    vidur_s, how = VIDUR_8_REPLICAS_S, "issue 18's figure"
+    vidur = vidur_loop.from_options(a, "bench_fleet", path, replicas=a.replicas)
+    if vidur is not None:
+        vidur_s, how = vidur["loop_s"], "same run"
+        print(f"Vidur {vidur['version']}, {a.replicas} replicas, round-robin: loop {vidur_s:.2f} s, "
+              f"{vidur['batches']:,} batches (mean {vidur['mean_batch']}), simulated to {vidur['simulated_s']:,} s")
     print(f"vs Vidur: its {a.replicas}-replica loop, {vidur_s:.1f} s ({how})")
     walls: dict[str, float] = {}
     for name, router, exact in RUNS:

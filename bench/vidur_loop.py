@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from importlib.metadata import version
@@ -48,8 +49,6 @@ def run_vidur(python: str, trace: Path, profiles: Path, work: Path, replicas: in
               router: str = "round_robin") -> dict[str, Any] | None:
     """Run this script under ``python`` (kvsim's side: standard library only); its ``VIDUR``
     record, or None after a one-line message on stderr when it failed."""
-    import subprocess
-
     cmd = [python, __file__, "--trace", str(trace), "--profiles", str(profiles), "--work", str(work),
            "--replicas", str(replicas), "--router", router]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -59,6 +58,23 @@ def run_vidur(python: str, trace: Path, profiles: Path, work: Path, replicas: in
     tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
     print(f"vidur_loop: Vidur's loop failed (rc {out.returncode}): {tail}", file=sys.stderr)
     return None
+
+
+def add_options(ap: argparse.ArgumentParser) -> None:
+    """The benches' options that time Vidur's loop first (``bench_engine``, ``bench_fleet``)."""
+    ap.add_argument("--vidur-python", default=None, help="a Python with vidur installed: time Vidur's loop first")
+    ap.add_argument("--vidur-work", type=Path, default=None, help="folder for Vidur's trace copy and predictor cache")
+    ap.add_argument("--vidur-profiles", type=Path, default=None, help="default: $KVSIM_DATA/gpu_profiles/vidur")
+
+
+def from_options(a: argparse.Namespace, bench: str, trace: Path, replicas: int = 1) -> dict[str, Any] | None:
+    """Vidur's loop on ``trace`` as :func:`add_options` asked (None: not asked, or it failed)."""
+    if not a.vidur_python:
+        return None
+    if a.vidur_work is None:
+        sys.exit(f"{bench}: --vidur-python needs --vidur-work DIR")
+    profiles = a.vidur_profiles or Path(os.environ.get("KVSIM_DATA", ".")) / "gpu_profiles" / "vidur"
+    return run_vidur(a.vidur_python, trace, profiles, a.vidur_work, replicas=replicas)
 
 
 def vidur_args(trace: Path, work: Path, replicas: int = 1, router: str = "round_robin") -> list[str]:
