@@ -37,7 +37,7 @@ import os
 import subprocess
 import sys
 import time
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,11 @@ def run_vidur(python: str, trace: Path, profiles: Path, work: Path, replicas: in
     record, or None after a one-line message on stderr when it failed."""
     cmd = [python, __file__, "--trace", str(trace), "--profiles", str(profiles), "--work", str(work),
            "--replicas", str(replicas), "--router", router]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        print(f"vidur_loop: --vidur-python {python}: {e.strerror}", file=sys.stderr)
+        return None
     for line in out.stdout.splitlines():
         if line.startswith("VIDUR "):
             return json.loads(line[6:])  # type: ignore[no-any-return]
@@ -102,6 +106,10 @@ def write_trace(conv: Path, out: Path) -> int:
     import pandas as pd
 
     df = pd.read_csv(conv)
+    missing = [c for c in ("TIMESTAMP", "ContextTokens", "GeneratedTokens") if c not in df.columns]
+    if missing:
+        sys.exit(f"vidur_loop: {conv}: no column {missing[0]} (an Azure 2023 trace has TIMESTAMP, "
+                 "ContextTokens, GeneratedTokens)")
     ts = pd.to_datetime(df["TIMESTAMP"], format="mixed")
     pd.DataFrame({"Date": "d", "Time": (ts - ts.iloc[0]).dt.total_seconds(), "PromptTokenCount": df["ContextTokens"],
                   "CompletionTokenCount": df["GeneratedTokens"]}).to_csv(out, index=False)
@@ -157,9 +165,16 @@ def main() -> None:
     ap.add_argument("--router", default="round_robin", choices=("round_robin", "lor", "random"),
                     help="Vidur's global scheduler (lor: least outstanding requests)")
     a = ap.parse_args()
-    for p in (a.trace, a.profiles.joinpath(*MODEL_DIR, "mlp.csv")):
+    model = a.profiles.joinpath(*MODEL_DIR)
+    for p in (a.trace, model / "mlp.csv", model / "attention.csv", a.profiles / "network" / NETWORK / "all_reduce.csv"):
         if not p.exists():
             sys.exit(f"vidur_loop: {p}: no such file")
+    if a.replicas < 1:
+        sys.exit(f"vidur_loop: --replicas {a.replicas}: needs at least 1")
+    try:
+        version("vidur")
+    except PackageNotFoundError:
+        sys.exit(f"vidur_loop: vidur is not installed for {sys.executable} (pip install vidur, in a venv of its own)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     a.work.mkdir(parents=True, exist_ok=True)
     n = write_trace(a.trace, a.work / "trace.csv")

@@ -77,6 +77,17 @@ def test_vidur_loop_rewrites_the_conv_trace_in_vidurs_replay_format(tmp_path: Pa
     assert fleet[fleet.index("--global_scheduler_config_type") + 1] == "lor"
 
 
+def test_vidur_loop_answers_bad_input_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    vl = bench_module("vidur_loop")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(SystemExit, match=r"bad.csv: no column TIMESTAMP"):
+        vl.write_trace(bad, tmp_path / "v.csv")
+    assert vl.run_vidur(str(tmp_path / "no-python"), bad, tmp_path, tmp_path) is None
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vidur_loop: --vidur-python ") and "\n" not in err
+
+
 def test_a_fleet_record_with_vidur_shows_each_routers_ratio() -> None:
     st = bench_module("speed_table")
     rec = {"bench": "bench_fleet", "date": "d", "cost_model": "c", "command": "python bench/bench_fleet.py",
