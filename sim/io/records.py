@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -45,14 +46,21 @@ def concat_steps(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([p.view(np.void) for p in parts]).view(STEP_DTYPE)
 
 
+Deferred = tuple[Callable[[list[Any]], np.ndarray], Any, int]
+"""A part held unconverted: ``(make, item, n)``; ``make(items)`` lays out the ``n`` records of
+each item, in order, as one STEP_DTYPE array (see :meth:`StepLog.defer`)."""
+
+
 class StepLog:
     """The step records of one replica, in step order: tuples (a single append on the hot
-    path) and, from fast-forward's runs of quiet steps, whole record arrays (:meth:`extend`).
+    path) and, from fast-forward's runs of quiet steps, whole record arrays (:meth:`extend`) or
+    deferred parts (:meth:`defer`).
 
     The tuples are converted when the records are read (:meth:`take`, :meth:`frame`), all in
     one ``fromiter``, and a run's array goes in after the tuples appended before it (``cuts``);
-    converting them at every run cost one ``fromiter`` a run. ``FOLD_AT`` tuples at most are
-    held (about 400 bytes each, against 136 as a record)."""
+    converting them at every run cost one ``fromiter`` a run. Deferred parts are laid out then
+    too, all of one ``make`` in one call (a run's records cost about 16 numpy calls one by one).
+    ``FOLD_AT`` tuples at most are held (about 400 bytes each, against 136 as a record)."""
 
     __slots__ = ("append", "cuts", "in_parts", "parts", "rows")
     FOLD_AT = 1 << 16
@@ -60,7 +68,7 @@ class StepLog:
     def __init__(self) -> None:
         self.rows: list[StepRecord] = []
         self.append = self.rows.append
-        self.parts: list[np.ndarray] = []   # record arrays, in order, each after rows[:cut]
+        self.parts: list[np.ndarray | Deferred] = []   # in order, each after rows[:cut]
         self.cuts: list[int] = []
         self.in_parts = 0
 
@@ -69,19 +77,43 @@ class StepLog:
 
     def extend(self, records: np.ndarray) -> None:
         """Append records given as a STEP_DTYPE array (after every record so far)."""
+        self._part(records, len(records))
+
+    def defer(self, make: Callable[[list[Any]], np.ndarray], item: Any, n: int) -> None:
+        """Append the ``n`` records ``make([item])`` would give, laid out only when the log is
+        read, with every other deferred item of the same ``make`` (one call for all)."""
+        self._part((make, item, n), n)
+
+    def _part(self, part: np.ndarray | Deferred, n: int) -> None:
         self.cuts.append(len(self.rows))
-        self.parts.append(records)
-        self.in_parts += len(records)
+        self.parts.append(part)
+        self.in_parts += n
         if len(self.rows) >= self.FOLD_AT:
             self._merge()
 
+    def _laid_out(self) -> list[np.ndarray]:
+        """The parts as arrays, the deferred ones laid out: one ``make`` call per distinct ``make``."""
+        parts = self.parts
+        out: list[np.ndarray | None] = [None if isinstance(p, tuple) else p for p in parts]
+        todo = [(i, p) for i, p in enumerate(parts) if isinstance(p, tuple)]
+        for make in dict.fromkeys(p[0] for _, p in todo):
+            mine = [(i, p) for i, p in todo if p[0] is make]
+            a, start = make([p[1] for _, p in mine]), 0
+            for i, (_, _, n) in mine:
+                out[i] = a[start:start + n]
+                start += n
+            if start != len(a):
+                raise AssertionError(f"deferred parts hold {start} records, laid out {len(a)}")
+        return [a for a in out if a is not None]
+
     def _merge(self) -> np.ndarray | None:
         """Every record held as one array, kept as the log's only part (None: none)."""
-        rows, parts = self.rows, self.parts
+        rows, parts = self.rows, self._laid_out()
         if not rows:
             if not parts:
                 return None
             if len(parts) == 1:
+                self.parts = [parts[0]]  # (laid out)
                 return parts[0]
         r = np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows)) if rows else None  # one C pass
         pieces, prev = [], 0

@@ -39,7 +39,7 @@ import numpy as np
 
 from sim.engine.fastforward.decoders import boundary
 from sim.engine.fastforward.pause import Nap, Pausing, pause
-from sim.engine.fastforward.run_records import RunShape, run_records
+from sim.engine.fastforward.run_records import RunRows, RunShape, lay_out
 from sim.engine.step import StepKernel
 from sim.kv.base import DecodeBlocks
 
@@ -198,17 +198,19 @@ class QuietRuns:
             cum = np.add.accumulate(np.resize(pops, H))
         ctx = decoders * o
         ctx += c0_sum + decoders * s
-        dt = times(ctx, pages + cum)
-        T = np.empty(H + 1)
-        T[0], T[1:] = t, dt
+        # one slot before each column: the step in flight's (async records lag a step; RunRows)
+        dts, ends = np.empty(H + 1), np.empty(H + 2)
+        dts[0], dts[1:] = p_dt, times(ctx, pages + cum)
+        dt, T = dts[1:], ends[1:]
+        ends[0], T[0], T[1:] = p_start, t, dt
         np.add.accumulate(T, out=T)  # T[j]: end of step j (sequential sums, as t += dt)
         _, _, qnw, nrun, shared = key
-        self.rec = rec = run_records(RunShape(k.step, self.lag, B, F0, self.usable, self.nulls, decoders, qnw, nrun,
-                                              shared), o, T, p_start, p_dt, dt, ctx, cum)
+        self.rows = rows = RunRows(RunShape(k.step, self.lag, B, F0, self.usable, self.nulls, decoders, qnw, nrun,
+                                            shared), ends, dts, ctx, cum)  # records: run_records.py
         # the busy time after each step: from the busy time now, one float sum after another (as
         # step by step) of the records' durations
         busy = np.empty(H + 1)
-        busy[0], busy[1:] = k.busy_s, rec["duration_s"]
+        busy[0], busy[1:] = k.busy_s, rows.durations(0, H)
         np.add.accumulate(busy, out=busy)
         self.dt, self.busy = dt, busy
         self.T = T.tolist()  # laid out once as Python lists: a commit or a read bisects them
@@ -257,12 +259,12 @@ class QuietRuns:
             low = self._f(b)  # free blocks only fall along a run: the last boundary step's slack
             if low < margin.pass_min:
                 margin.pass_min = low
-        k.log.extend(self.rec[a:b])
+        k.log.defer(lay_out, (self.rows, a, b), b - a)  # laid out when the log is read
         busy = self.busy
         if k.busy_s == busy[a]:  # the sums laid out start from here (always, unless a run is resumed elsewhere)
             k.busy_s = float(busy[b])
         else:  # one float sum after another, as step by step
-            d = self.rec["duration_s"][a:b].tolist()
+            d = self.rows.durations(a, b).tolist()
             k.busy_s = reduce(add, d, k.busy_s)
         k.step += n
         k.ff_steps += n
