@@ -11,7 +11,8 @@ finish. A :class:`QuietRuns` lays a run out as numpy arrays once::
     dt           time(ctx_j, pages_j)               sim/cost/bulk.py, the same floats
     T      T0    T0+dt1 T1+dt2 ...                  np.cumsum: the sequential float sums
 
-and commits it in pieces: the records as one ``map`` over the columns, the pool operations of
+and commits it in pieces: the records deferred to the step log (laid out when it is read,
+:mod:`~sim.engine.fastforward.run_records`), the pool operations of
 the boundary steps one by one in step order, the step counters and busy time. A piece ends
 before a pull is due or a router arrival falls in a step; a live router's pause is taken
 inside the run (:func:`~sim.engine.fastforward.pause.pause`, the state then is the exact
