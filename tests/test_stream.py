@@ -182,22 +182,25 @@ def _rec(i: int) -> StepRecord:
 
 
 def test_step_log_keeps_step_order_across_tuples_and_run_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tuples are converted only when the log is read; a run's array stays after the tuples
+    """Tuples are converted only when the log is read; a run's records stay after the tuples
     appended before it, in step order, and ``frame`` does not empty the log."""
     import numpy as np
 
-    from sim.io.records import STEP_DTYPE
+    from sim.io.records import STEP_DTYPE, concat_steps
 
     def run(steps: range) -> np.ndarray:
         return np.array([tuple(_rec(i)) for i in steps], dtype=STEP_DTYPE)
 
+    def defer(log: StepLog, records: np.ndarray) -> None:  # a run's records, laid out as they are
+        log.defer(concat_steps, records, len(records))
+
     log = StepLog()
     for i in range(3):
         log.append(_rec(i))
-    log.extend(run(range(3, 6)))
-    log.extend(run(range(6, 8)))
+    defer(log, run(range(3, 6)))
+    defer(log, run(range(6, 8)))
     log.append(_rec(8))
-    log.extend(run(range(9, 12)))
+    defer(log, run(range(9, 12)))
     log.append(_rec(12))
     assert len(log) == 13
     assert list(log.frame()["step"]) == list(range(13))   # frame reads without emptying
@@ -207,5 +210,5 @@ def test_step_log_keeps_step_order_across_tuples_and_run_arrays(monkeypatch: pyt
     monkeypatch.setattr(StepLog, "FOLD_AT", 2)            # at most FOLD_AT tuples are held across a run
     for i in range(3):
         log.append(_rec(i))
-    log.extend(run(range(3, 4)))
+    defer(log, run(range(3, 4)))
     assert not log.rows and len(log) == 4 and log.take()["start_s"].tolist() == [0.0, 0.5, 1.0, 1.5]

@@ -53,11 +53,10 @@ each item, in order, as one STEP_DTYPE array (see :meth:`StepLog.defer`)."""
 
 class StepLog:
     """The step records of one replica, in step order: tuples (a single append on the hot
-    path) and, from fast-forward's runs of quiet steps, whole record arrays (:meth:`extend`) or
-    deferred parts (:meth:`defer`).
+    path) and, from fast-forward's runs of quiet steps, deferred parts (:meth:`defer`).
 
     The tuples are converted when the records are read (:meth:`take`, :meth:`frame`), all in
-    one ``fromiter``, and a run's array goes in after the tuples appended before it (``cuts``);
+    one ``fromiter``, and a run's records go in after the tuples appended before it (``cuts``);
     converting them at every run cost one ``fromiter`` a run. Deferred parts are laid out then
     too, all of one ``make`` in one call (a run's records cost about 16 numpy calls one by one).
     ``FOLD_AT`` tuples at most are held (about 400 bytes each, against 136 as a record)."""
@@ -75,18 +74,12 @@ class StepLog:
     def __len__(self) -> int:
         return self.in_parts + len(self.rows)
 
-    def extend(self, records: np.ndarray) -> None:
-        """Append records given as a STEP_DTYPE array (after every record so far)."""
-        self._part(records, len(records))
-
     def defer(self, make: Callable[[list[Any]], np.ndarray], item: Any, n: int) -> None:
-        """Append the ``n`` records ``make([item])`` would give, laid out only when the log is
-        read, with every other deferred item of the same ``make`` (one call for all)."""
-        self._part((make, item, n), n)
-
-    def _part(self, part: np.ndarray | Deferred, n: int) -> None:
+        """Append the ``n`` records ``make([item])`` would give (after every record so far),
+        laid out only when the log is read, with every other deferred item of the same ``make``
+        (one call for all)."""
         self.cuts.append(len(self.rows))
-        self.parts.append(part)
+        self.parts.append((make, item, n))
         self.in_parts += n
         if len(self.rows) >= self.FOLD_AT:
             self._merge()
@@ -98,13 +91,13 @@ class StepLog:
         todo = [(i, p) for i, p in enumerate(parts) if isinstance(p, tuple)]
         for make in dict.fromkeys(p[0] for _, p in todo):
             mine = [(i, p) for i, p in todo if p[0] is make]
-            a, start = make([p[1] for _, p in mine]), 0
+            laid, start = make([p[1] for _, p in mine]), 0
             for i, (_, _, n) in mine:
-                out[i] = a[start:start + n]
+                out[i] = laid[start:start + n]
                 start += n
-            if start != len(a):
-                raise AssertionError(f"deferred parts hold {start} records, laid out {len(a)}")
-        return [a for a in out if a is not None]
+            if start != len(laid):
+                raise AssertionError(f"deferred parts hold {start} records, laid out {len(laid)}")
+        return [x for x in out if x is not None]
 
     def _merge(self) -> np.ndarray | None:
         """Every record held as one array, kept as the log's only part (None: none)."""
