@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import bench_day
 from record import emit
 
 HERE = Path(__file__).resolve().parent
@@ -63,8 +64,6 @@ def inner(what: str, trace: Path, hours: float, limit: int, router: str, setup_o
 
     src = load_trace(trace)
     if what == "day":
-        import bench_day
-
         from sim.cluster.stream_replay import replay_streamed
         tr, _ = bench_day.day_trace(src.df, 1_000_000, 3, 0, hours)
         warm = dataclasses.replace(tr, df=tr.df.iloc[:WARM].reset_index(drop=True))
@@ -110,9 +109,12 @@ def main() -> None:
     ap.add_argument("--record", type=Path, default=None, help="append the run's JSON record to this file")
     ap.add_argument("--inner", choices=("setup", "full"), default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
-    data = os.environ.get("KVSIM_DATA")
-    trace = a.trace or (Path(data) / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv" if data else None)
-    if trace is None or not trace.exists():
+    if a.hours <= 0 or a.limit < 1:
+        raise SystemExit(f"bench_instructions: --hours must be > 0 and --limit >= 1 (got {a.hours:g}, {a.limit})")
+    if a.trace is not None and not a.trace.is_file():
+        raise SystemExit(f"bench_instructions: --trace {a.trace}: no such file")
+    trace = a.trace or bench_day.default_trace()
+    if trace is None:
         print("bench_instructions: skipped (set KVSIM_DATA to the data folder, or pass --trace)")
         return
     if a.inner is not None:

@@ -4,13 +4,17 @@
 - :func:`assert_fast_forward_identical` the bulk path vs ``--exact-steps``, frame by frame
 - :func:`mooncake_slice`                the bundled Mooncake slice (prefix hashes), trimmed
 - :func:`optional_data`                 a large optional file under ``KVSIM_DATA``, or a skip
+- :func:`bench_module`                  a script of ``bench/``, imported as a module
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pandas as pd
@@ -21,6 +25,15 @@ from sim.request import Request
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "workloads" / "data" / "azure_conv_slice.csv"
 MOONCAKE_SLICE = REPO / "workloads" / "data" / "mooncake_conv_slice.jsonl"
+
+
+def bench_module(name: str) -> ModuleType:
+    """``bench/NAME.py`` as a module (the benches import each other by bare name)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
 
 
 def req(uid: int, prompt: int, out: int = 4, *, ids: tuple[int, ...] | None = None, base: int | None = None,

@@ -11,7 +11,7 @@ import pytest
 
 from sim.cli.simulate import bundled_trace
 from tests.conftest import REPO
-from tests.test_speed_table import bench_module
+from tests.helpers import bench_module
 
 SCRIPT = REPO / "bench" / "bench_instructions.py"
 
@@ -46,3 +46,14 @@ def test_without_valgrind_the_bench_says_it_is_skipped(monkeypatch: pytest.Monke
     monkeypatch.setattr(sys, "argv", ["bench_instructions.py", "--trace", str(bundled_trace())])
     bi.main()
     assert "skipped (valgrind not found)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--trace", "no/such.csv"], "--trace no/such.csv: no such file"),
+    (["--limit", "0"], "--limit >= 1"),
+    (["--hours", "-1"], "--hours must be > 0"),
+])
+def test_bad_flags_are_one_line_errors(args: list[str], says: str) -> None:
+    p = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=REPO)
+    assert p.returncode != 0 and says in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr

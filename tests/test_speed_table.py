@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers import bench_module
 
 RECORDS = REPO / "bench" / "results" / "speed.jsonl"
-
-
-def bench_module(name: str) -> ModuleType:
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(REPO / "bench"))
 
 
 def engine_record(loop_s: float, date: str, cost: str = "calibrated (a100-80gb, tp=2, vllm-v1 stack)") -> dict[str, Any]:
