@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip
 
 .PHONY: demo test lint bench clean
 
-$(VENV)/.base: pyproject.toml
+$(VENV)/.base: pyproject.toml sim/kv/_pool_loops.c
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e .

@@ -5,6 +5,7 @@
 - :func:`mooncake_slice`                the bundled Mooncake slice (prefix hashes), trimmed
 - :func:`optional_data`                 a large optional file under ``KVSIM_DATA``, or a skip
 - :func:`bench_module`                  a script of ``bench/``, imported as a module
+- :func:`pool_loops`                    the block pool's per-block loops: pure Python or compiled
 """
 
 from __future__ import annotations
@@ -34,6 +35,19 @@ def bench_module(name: str) -> ModuleType:
         return importlib.import_module(name)
     finally:
         sys.path.remove(str(REPO / "bench"))
+
+
+def pool_loops(which: str) -> ModuleType | None:
+    """``block_pool.LOOPS`` for ``which`` ("python": None; "compiled": the extension, or a skip
+    with the reason where it was not built)."""
+    if which == "python":
+        return None
+    try:
+        from sim.kv import _pool_loops  # type: ignore[attr-defined]
+    except ImportError:
+        pytest.skip("the compiled pool loops (sim/kv/_pool_loops.c) were not built: "
+                    "no C compiler at install")
+    return _pool_loops
 
 
 def req(uid: int, prompt: int, out: int = 4, *, ids: tuple[int, ...] | None = None, base: int | None = None,

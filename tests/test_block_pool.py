@@ -6,6 +6,9 @@ Python list with its head at index 0, and each operation is the module docstring
 ``sim/kv/block_pool.py`` said plainly. After every operation of a seeded random sequence, the
 two must agree on everything a decision can read: free order, ref counts, hashes, the cache
 map with its duplicates, evictions and the shared excess.
+
+Every test here runs twice: with the pure-Python loops and with the compiled ones
+(``sim/kv/_pool_loops.c``; skipped, with the reason, where that extension was not built).
 """
 
 from __future__ import annotations
@@ -16,7 +19,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from sim.kv import block_pool
 from sim.kv.block_pool import FREE_ORDERS, UNPUBLISHED, BlockPool
+from tests.helpers import pool_loops
+
+
+@pytest.fixture(params=["python", "compiled"], autouse=True)
+def loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test once per implementation of the pool's per-block loops."""
+    monkeypatch.setattr(block_pool, "LOOPS", pool_loops(request.param))
 
 
 @dataclass
@@ -97,14 +108,18 @@ def agree(pool: BlockPool, m: Model) -> None:
 
 @pytest.mark.parametrize("order", FREE_ORDERS)
 @pytest.mark.parametrize("seed", range(6))
-def test_pops_releases_and_hits_keep_vllms_free_order_and_cache_map(order: str, seed: int) -> None:
+@pytest.mark.parametrize("many_keys", [False, True])
+def test_pops_releases_and_hits_keep_vllms_free_order_and_cache_map(order: str, seed: int,
+                                                                    many_keys: bool) -> None:
+    """Few keys make duplicates under one key common; many keys make them rare (the pops'
+    branch for a map without duplicates)."""
     rng = np.random.default_rng(seed)
     for _ in range(40):
         n_blocks = int(rng.integers(3, 40))
         null = bool(rng.random() < 0.5)
         pool = BlockPool(n_blocks, null_block=null, free_order=order)
         m = Model(list(range(1 if null else 0, n_blocks)), order)
-        keys = int(rng.integers(2, 12))  # few keys: duplicates under one key are common
+        keys = int(rng.integers(2, 12)) if not many_keys else 1 << 40
         tables: list[list[int]] = []
         for _ in range(60):
             op = rng.random()

@@ -17,13 +17,34 @@ can look up (``unique_key(uid, j)``), and only after a preemption. The paged all
 such a block ``UNPUBLISHED`` in ``block_hash`` instead of entering it in the map, and enter it
 (:meth:`BlockPool.cache_block`) when its request is freed before it finishes. It counts as
 hashed everywhere (free order, evictions); a request that finishes never pays for the map.
+
+Compiled loops: :meth:`BlockPool.get_new_blocks` and :meth:`BlockPool.release` walk their blocks
+in ``sim/kv/_pool_loops.c`` when that extension was built (``pip install`` builds it when a C
+compiler is there; it is optional). It does what the Python loops below do, on the same lists,
+block for block; those loops stay the reference, and ``KVSIM_PURE_PYTHON=1`` selects them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Callable, Iterable, Sequence
+from types import ModuleType
 
 from sim.kv.free_queue import FreeQueue
+
+
+def compiled_loops() -> ModuleType | None:
+    """The compiled per-block loops, or None (not built, or ``KVSIM_PURE_PYTHON`` set)."""
+    if os.environ.get("KVSIM_PURE_PYTHON"):
+        return None
+    try:
+        from sim.kv import _pool_loops  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _pool_loops
+
+
+LOOPS = compiled_loops()  # read by each new pool (tests set it to compare both)
 
 FREE_ORDERS = ("front-tail", "tail", "stack")
 UNPUBLISHED = -(1 << 62)  # block_hash of a hashed block not in the map (no key reaches it; module docstring)
@@ -69,6 +90,9 @@ class BlockPool:
         self.dups: dict[int, list[int]] = {}       # extra blocks registered under the same key
         self.shared_excess = 0                     # sum over blocks of max(ref - 1, 0)
         self.evictions = 0
+        # the compiled loops as plain functions (copied and pickled by name, unlike a module)
+        self._pop_front: Callable[..., tuple[list[int], int]] | None = getattr(LOOPS, "pop_front", None)
+        self._release: Callable[..., tuple[int, int]] | None = getattr(LOOPS, "release", None)
         self.free_queue = FreeQueue(num_blocks, range(1 if null_block else 0, num_blocks))
 
     # ---- prefix-cache map ---------------------------------------------------------------------
@@ -115,6 +139,11 @@ class BlockPool:
         fq = self.free_queue
         nxt, head = fq._next, fq._head
         ref, bh, cache, dups = self.ref, self.block_hash, self.cache, self.dups
+        if self._pop_front is not None and not dups:  # the loop below, compiled
+            popped, evicted = self._pop_front(nxt, fq._prev, head, ref, bh, cache, n, UNPUBLISHED)
+            fq.size -= n
+            self.evictions += evicted
+            return popped
         out: list[int] = []
         add = out.append
         b = nxt[head]
@@ -178,9 +207,15 @@ class BlockPool:
     def release(self, table: list[int]) -> None:
         """Drop one reference on each block of a table (tail first; see the module docstring)."""
         ref, bh, fq = self.ref, self.block_hash, self.free_queue
+        split = self.free_order == "front-tail"
+        if self._release is not None:  # the loop below, compiled
+            shared, n_freed = self._release(table, ref, bh, fq._next, fq._prev, fq._head, fq._tail,
+                                            not self.stack, split)
+            fq.size += n_freed
+            self.shared_excess -= shared
+            return
         front: list[int] = []
         to_front = front.append
-        split = self.free_order == "front-tail"
         # blocks for the tail are linked there as they come (FreeQueue.append_n, inlined); the
         # front's go in after, in their order (the two ends are apart, so the order of the two
         # does not matter, even on an empty queue)
