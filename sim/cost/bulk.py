@@ -81,12 +81,23 @@ def decode_step_time(cost: StepCostModel, seqs: int, block_size: int, block_byte
 
 def decode_step_times(cost: StepCostModel, seqs: int, block_size: int) -> DecodeTimeArray | None:
     """:func:`decode_step_time` element by element over arrays of counts; None when the model
-    has no folded terms."""
+    has no folded terms. The callable carries them (``.terms``) for a compiled run layout
+    (:mod:`sim.engine.fastforward.run_layout`)."""
     if not isinstance(cost, DecodeTimes):
         return None
-    dense, eta_attn, head, a_kv, a_fl, a_pg, roof, floor, tail, sched, is_async = cost.decode_terms(seqs, block_size)
+    return ArrayTimes(cost.decode_terms(seqs, block_size))
 
-    def times(ctx: np.ndarray, pages: np.ndarray) -> np.ndarray:
+
+class ArrayTimes:
+    """``times(ctx, pages)``: :func:`decode_step_time`'s operations on arrays, in its order."""
+
+    __slots__ = ("terms",)
+
+    def __init__(self, terms: DecodeTerms) -> None:
+        self.terms = terms
+
+    def __call__(self, ctx: np.ndarray, pages: np.ndarray) -> np.ndarray:
+        dense, eta_attn, head, a_kv, a_fl, a_pg, roof, floor, tail, sched, is_async = self.terms
         # the scalar expression's operations in its order, in place; a + b == b + a and a b == b a
         # hold bit for bit in IEEE arithmetic, so only the grouping must be kept
         c = ctx.astype(np.float64)  # exact: counts < 2**53, as Python's int-to-float (0.0 + c == c)
@@ -106,5 +117,3 @@ def decode_step_times(cost: StepCostModel, seqs: int, block_size: int) -> Decode
         else:
             np.maximum(t, sched, out=t)
         return t
-
-    return times

@@ -36,10 +36,9 @@ from functools import reduce
 from operator import add
 from typing import Any
 
-import numpy as np
-
 from sim.engine.fastforward.decoders import boundary
 from sim.engine.fastforward.pause import Nap, Pausing, pause
+from sim.engine.fastforward.run_layout import lay_out_run
 from sim.engine.fastforward.run_records import RunRows, RunShape, lay_out
 from sim.engine.step import StepKernel
 from sim.kv.base import DecodeBlocks
@@ -185,34 +184,12 @@ class QuietRuns:
             H = min(H, _first_short(firsts, B, F0))
             if H < MIN_RUN:
                 return False
-        o = np.arange(1, H + 1)  # run offsets: step s + o
-        if len(firsts) == 1:  # one bucket (a lone decoder, say): n blocks at j0, j0 + B, ...
-            (j0, n), = firsts
-            cum = o + (B - j0)  # blocks taken by steps s+1 .. s+o: n (o - j0 + B) // B
-            cum //= B
-            if n != 1:
-                cum *= n
-        else:
-            pops = np.zeros(B, np.int64)
-            for j0, n in firsts:
-                pops[j0 - 1] = n
-            cum = np.add.accumulate(np.resize(pops, H))
-        ctx = decoders * o
-        ctx += c0_sum + decoders * s
-        # one slot before each column: the step in flight's (async records lag a step; RunRows)
-        dts, ends = np.empty(H + 1), np.empty(H + 2)
-        dts[0], dts[1:] = p_dt, times(ctx, pages + cum)
-        dt, T = dts[1:], ends[1:]
-        ends[0], T[0], T[1:] = p_start, t, dt
-        np.add.accumulate(T, out=T)  # T[j]: end of step j (sequential sums, as t += dt)
         _, _, qnw, nrun, shared = key
-        self.rows = rows = RunRows(RunShape(k.step, self.lag, B, F0, self.usable, self.nulls, decoders, qnw, nrun,
-                                            shared), ends, dts, ctx, cum)  # records: run_records.py
-        # the busy time after each step: from the busy time now, one float sum after another (as
-        # step by step) of the records' durations
-        busy = np.empty(H + 1)
-        busy[0], busy[1:] = k.busy_s, rows.durations(0, H)
-        np.add.accumulate(busy, out=busy)
+        cum, ctx, dts, ends, busy = lay_out_run(H, B, firsts, decoders, c0_sum + decoders * s, pages, times,
+                                                p_dt, p_start, t, k.busy_s, self.lag)
+        self.rows = RunRows(RunShape(k.step, self.lag, B, F0, self.usable, self.nulls, decoders, qnw, nrun,
+                                     shared), ends, dts, ctx, cum)  # records: run_records.py
+        dt, T = dts[1:], ends[1:]  # T[j]: end of step j; busy: the busy time after each step
         self.dt, self.busy = dt, busy
         self.T = T.tolist()  # laid out once as Python lists: a commit or a read bisects them
         self.cum, self.P0, self.F0 = cum, pages, F0  # blocks taken, by offset
