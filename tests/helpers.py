@@ -6,6 +6,7 @@
 - :func:`optional_data`                 a large optional file under ``KVSIM_DATA``, or a skip
 - :func:`bench_module`                  a script of ``bench/``, imported as a module
 - :func:`pool_loops`                    the block pool's per-block loops: pure Python or compiled
+- :func:`a_run`                         a laid-out run of quiet steps (random times and pops)
 """
 
 from __future__ import annotations
@@ -250,3 +251,20 @@ def drive_kv(kv: Any, rng: Any, num_ops: int = 300, *, prefixes: int = 3,
     kv.check([])
     assert kv.num_free_blocks == kv.usable_blocks, "blocks leaked"
     return log
+
+
+def a_run(lag: int, first_step: int, H: int, seed: int) -> Any:
+    """A run of ``H`` quiet steps as :class:`RunRows` (3 decoders, random step times and pops)."""
+    import numpy as np
+
+    from sim.engine.fastforward.run_records import RunRows, RunShape
+
+    rng = np.random.default_rng(seed)
+    sh = RunShape(first_step=first_step, lag=lag, block_size=16, free0=900, usable=1000, nulls=16,
+                  decoders=3, num_waiting=2, num_running=4, shared=5)
+    dt = rng.random(H) / 100
+    ends = np.concatenate([[6.5, 7.0], 7.0 + np.cumsum(dt)])   # the step in flight's start, T[0], T[1] ...
+    dts = np.concatenate([[0.5], dt])                          # the step in flight's duration, dt_1 ...
+    ctx = 3 * np.arange(1, H + 1) + 4000
+    cum = np.cumsum(rng.integers(0, 2, H))
+    return RunRows(sh, ends, dts, ctx, cum)

@@ -6,20 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.engine.fastforward.run_records import RunRows, RunShape, lay_out
+from sim.engine.fastforward.run_records import RunRows, lay_out
 from sim.io.records import STEP_COLUMNS, StepLog, StepRecord
-
-
-def a_run(lag: int, first_step: int, H: int, seed: int) -> RunRows:
-    rng = np.random.default_rng(seed)
-    sh = RunShape(first_step=first_step, lag=lag, block_size=16, free0=900, usable=1000, nulls=16,
-                  decoders=3, num_waiting=2, num_running=4, shared=5)
-    dt = rng.random(H) / 100
-    ends = np.concatenate([[6.5, 7.0], 7.0 + np.cumsum(dt)])   # the step in flight's start, T[0], T[1] ...
-    dts = np.concatenate([[0.5], dt])                          # the step in flight's duration, dt_1 ...
-    ctx = 3 * np.arange(1, H + 1) + 4000
-    cum = np.cumsum(rng.integers(0, 2, H))
-    return RunRows(sh, ends, dts, ctx, cum)
+from tests.helpers import a_run
 
 
 def by_hand(rr: RunRows, j: int) -> tuple[float | int, ...]:

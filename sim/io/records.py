@@ -46,9 +46,12 @@ def concat_steps(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([p.view(np.void) for p in parts]).view(STEP_DTYPE)
 
 
-Deferred = tuple[Callable[[list[Any]], np.ndarray], Any, int]
-"""A part held unconverted: ``(make, item, n)``; ``make(items)`` lays out the ``n`` records of
-each item, in order, as one STEP_DTYPE array (see :meth:`StepLog.defer`)."""
+Fold = Callable[[Any, Any], None]
+Deferred = tuple[Callable[[list[Any]], np.ndarray], Any, int, Fold | None]
+"""A part held unconverted: ``(make, item, n, fold)``; ``make(items)`` lays out the ``n``
+records of each item, in order, as one STEP_DTYPE array; ``fold(item, sums)``, where given,
+adds them to a :class:`~sim.io.step_fold.StepSums` without laying them out (see
+:meth:`StepLog.defer` and :meth:`StepLog.fold_into`)."""
 
 
 class StepLog:
@@ -74,12 +77,12 @@ class StepLog:
     def __len__(self) -> int:
         return self.in_parts + len(self.rows)
 
-    def defer(self, make: Callable[[list[Any]], np.ndarray], item: Any, n: int) -> None:
+    def defer(self, make: Callable[[list[Any]], np.ndarray], item: Any, n: int, fold: Fold | None = None) -> None:
         """Append the ``n`` records ``make([item])`` would give (after every record so far),
         laid out only when the log is read, with every other deferred item of the same ``make``
-        (one call for all)."""
+        (one call for all); ``fold(item, sums)`` folds them into summary sums without them."""
         self.cuts.append(len(self.rows))
-        self.parts.append((make, item, n))
+        self.parts.append((make, item, n, fold))
         self.in_parts += n
         if len(self.rows) >= self.FOLD_AT:
             self._merge()
@@ -92,7 +95,7 @@ class StepLog:
         for make in dict.fromkeys(p[0] for _, p in todo):
             mine = [(i, p) for i, p in todo if p[0] is make]
             laid, start = make([p[1] for _, p in mine]), 0
-            for i, (_, _, n) in mine:
+            for i, (_, _, n, _) in mine:
                 out[i] = laid[start:start + n]
                 start += n
             if start != len(laid):
@@ -127,6 +130,32 @@ class StepLog:
         a = self._merge()
         self.parts, self.cuts, self.in_parts = [], [], 0
         return a
+
+    def fold_into(self, sums: Any) -> None:
+        """Fold every record held into ``sums`` (a :class:`~sim.io.step_fold.StepSums`), in step
+        order, and empty the log: tuples and runs straight from what the log holds where the
+        fold is compiled, without laying out a record; else the records, laid out as by
+        :meth:`take`. Either way the same sums (sequential, in step order)."""
+        if not sums.compiled:
+            a = self.take()
+            if a is not None:
+                sums.add_records(a)
+            return
+        rows, prev = self.rows, 0
+        for cut, part in zip(self.cuts, self.parts, strict=True):
+            if cut > prev:
+                sums.add_tuples(rows, prev, cut)
+                prev = cut
+            if not isinstance(part, tuple):
+                sums.add_records(part)
+            elif part[3] is not None:
+                part[3](part[1], sums)
+            else:
+                sums.add_records(part[0]([part[1]]))
+        if prev < len(rows):
+            sums.add_tuples(rows, prev, len(rows))
+        rows.clear()  # in place: the engine keeps its bound append
+        self.parts, self.cuts, self.in_parts = [], [], 0
 
     def frame(self) -> pd.DataFrame:
         a = self._merge()

@@ -13,16 +13,14 @@ exactly the rows and types of the in-memory ``requests.parquet``. Latency percen
 need a request frame: :func:`request_columns` keeps only the columns the summary reads, as
 numpy arrays, and gives the same values in the same order (so the same percentiles and means).
 
-The streamed memory shares are sums over chunks (the in-memory path sums in one pass), so
-they may differ from it in the last bits when there is more than one chunk; a streamed run is
-itself deterministic (fixed chunk size).
+The memory shares are sequential sums in step order (:mod:`sim.io.step_fold`), so a streamed
+run and an in-memory one give the same summary bit for bit, whatever the chunk size.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from functools import reduce
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ import pandas as pd
 from sim.io.records import STEP_COLUMNS, StepLog, concat_steps
 from sim.io.rejects import CODES
 from sim.io.results import FINISH_REASONS, MEM_CATS, request_frame
+from sim.io.step_fold import StepSums
 from sim.request import Request, Status
 
 CHUNK = 1 << 16   # steps (or requests) per chunk: ~9 MB of step records
@@ -47,48 +46,22 @@ class StepStats:
     saved_fraction: float          # mean share of blocks saved by sharing (paged pools; else 0)
 
 
-def step_stats(steps: pd.DataFrame, block_size: int, paged: bool, chunk: int | None = None) -> StepStats:
-    """The summary's step figures from a whole steps frame, folded ``chunk`` rows at a time
-    exactly as a :class:`StepSink` folds a streamed run (so both give the same bits)."""
-    acc, chunk = _Sums(), chunk or CHUNK
-    cols = steps[list(dict.fromkeys((*MEM_CATS, "duration_s", "shared_blocks_saved")))]
-    for i in range(0, len(cols), chunk):
-        acc.add(cols.iloc[i:i + chunk], block_size)
-    return acc.stats(paged)
+def step_stats(steps: pd.DataFrame, block_size: int, paged: bool) -> StepStats:
+    """The summary's step figures from a whole steps frame: the sums a :class:`StepSink`
+    folds a streamed run into, row by row (:mod:`sim.io.step_fold`), so both give the same bits."""
+    acc = StepSums(block_size)
+    acc.add_records(steps)
+    return stats_of(acc, paged)
 
 
-@dataclass(slots=True)
-class _Sums:
-    n: int = 0
-    w: float = 0.0
-    wshare: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MEM_CATS, 0.0))
-    share: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MEM_CATS, 0.0))
-    held_peak: int = 0
-    saved: float = 0.0
-
-    def add(self, a: Any, block_size: int) -> None:
-        """Fold one chunk (a record array or a frame with the step columns) into the sums."""
-        w = np.asarray(a["duration_s"], dtype=np.float64)
-        cats = {c: np.asarray(a[c]) for c in MEM_CATS}
-        pool = reduce(np.add, (cats[c] for c in MEM_CATS)).astype(np.float64)  # int sums below 2**53: the float sums
-        for c in MEM_CATS:
-            share = cats[c] / pool
-            self.wshare[c] += float(np.multiply(share, w).sum())
-            self.share[c] += float(share.sum())
-        self.w += float(w.sum())
-        held = cats["token_state_slots"] + cats["internal_frag_slots"] + cats["reserved_slots"]
-        self.held_peak = max(self.held_peak, int(held.max()))
-        saved = np.asarray(a["shared_blocks_saved"])
-        if saved.any():  # (else every share is 0.0 and so is their sum)
-            self.saved += float((saved / (saved + np.clip(held / block_size, 1, None))).sum())
-        self.n += len(w)
-
-    def stats(self, paged: bool) -> StepStats:
-        if self.n == 0:
-            return StepStats(0, {c.removesuffix("_slots"): 0.0 for c in MEM_CATS}, 0, 0.0)
-        mem = {c.removesuffix("_slots"): self.wshare[c] / self.w if self.w > 0 else self.share[c] / self.n
-               for c in MEM_CATS}
-        return StepStats(self.n, mem, self.held_peak, self.saved / self.n if paged else 0.0)
+def stats_of(acc: StepSums, paged: bool) -> StepStats:
+    """The summary's step figures from folded sums."""
+    n = acc.n
+    if n == 0:
+        return StepStats(0, {c.removesuffix("_slots"): 0.0 for c in MEM_CATS}, 0, 0.0)
+    w, wshare, share, held_peak, saved = acc.totals()
+    mem = {c.removesuffix("_slots"): wshare[i] / w if w > 0 else share[i] / n for i, c in enumerate(MEM_CATS)}
+    return StepStats(n, mem, held_peak, saved / n if paged else 0.0)
 
 
 class StepSink:
@@ -96,7 +69,7 @@ class StepSink:
 
     def __init__(self, path: Path | None = None, block_size: int = 16, chunk: int | None = None) -> None:
         self.path, self.block_size, self.chunk = path, block_size, chunk or CHUNK
-        self._sums = _Sums()
+        self._sums = StepSums(block_size)
         self._pending: np.ndarray | None = None   # drained rows short of a whole chunk
         self._writer: Any = None
 
@@ -106,17 +79,20 @@ class StepSink:
 
     def drain(self, log: StepLog, final: bool = False) -> None:
         """Take every row the log holds (emptying it in place); fold and write whole chunks
-        (and, with ``final``, the remainder)."""
+        (and, with ``final``, the remainder). Without a file to write, the log folds what it
+        holds straight into the sums (:meth:`StepLog.fold_into`: no record array is built)."""
+        if self.path is None:
+            log.fold_into(self._sums)
+            return
         a = log.take()
         if a is not None:
+            self._sums.add_records(a)  # (sequential sums: the chunks below need not be folded apart)
             self._pending = a if self._pending is None else concat_steps([self._pending, a])
         p = self._pending
         if p is None:
             return
         whole = len(p) if final else len(p) - len(p) % self.chunk
-        for i in range(0, whole, self.chunk):
-            self._sums.add(p[i:i + self.chunk], self.block_size)
-        if whole and self.path is not None:
+        if whole:
             self._write(p[:whole])
         self._pending = p[whole:] if whole < len(p) else None
 
@@ -141,7 +117,7 @@ class StepSink:
             else:
                 self._writer.close()
                 self._writer = None
-        return self._sums.stats(paged)
+        return stats_of(self._sums, paged)
 
 
 def write_requests(reqs: Sequence[Request], path: Path, chunk: int | None = None) -> None:

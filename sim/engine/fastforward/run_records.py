@@ -23,7 +23,7 @@ run, 8 % of the instructions of a day on 32 replicas (one run a request).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -108,3 +108,14 @@ def lay_out(pieces: list[tuple[RunRows, int, int]]) -> np.ndarray:
     fv[:, 1] = np.concatenate([rr.starts(a, b) for rr, a, b in pieces])
     fv[:, 2] = np.concatenate([rr.durations(a, b) for rr, a, b in pieces])
     return rec.view(STEP_DTYPE)[:, 0]
+
+
+def fold_piece(piece: tuple[RunRows, int, int], sums: Any) -> None:
+    """Fold rows ``a .. b-1`` of a run into summary sums (:class:`~sim.io.step_fold.StepSums`)
+    without laying them out: the values :func:`lay_out` would give, row by row."""
+    rr, a, b = piece
+    sh = rr.shape
+    if sh.block_size != sums.block_size:
+        raise ValueError("runs of one step log have one block size")
+    comp0 = sh.decoders if sh.lag else 0
+    sums.add_run(rr.ctx, rr.cum, rr.dts, a, b, sh.lag, (comp0, sh.shared, sh.usable, sh.free0, sh.nulls))

@@ -1,0 +1,169 @@
+"""The summary's step sums are sequential sums in step order, whoever folds them.
+
+The spec is the row in ``sim/io/_step_fold.c``'s docstring, added left to right. The numpy
+reference (``np.add.accumulate``), the compiled fold over columns, over StepRecord tuples and
+straight from a run's arrays must all give those floats bit for bit; so must a streamed run
+and an in-memory one, whatever the chunk size. Tests of the compiled fold are skipped, with
+the reason, where it was not built.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.engine.fastforward.run_records import fold_piece, lay_out
+from sim.io import step_fold
+from sim.io.records import STEP_DTYPE, StepLog
+from sim.io.results import MEM_CATS
+from sim.io.step_fold import StepSums
+from tests.helpers import a_run
+
+B = 16
+
+
+@pytest.fixture
+def compiled() -> None:
+    if step_fold.COMPILED is None:
+        pytest.skip("the compiled step fold (sim/io/_step_fold.c) was not built (no C compiler at "
+                    "install) or KVSIM_PURE_PYTHON is set")
+
+
+def random_records(rng: np.random.Generator, n: int) -> np.ndarray:
+    a = np.zeros(n, STEP_DTYPE)
+    a["duration_s"] = rng.random(n) * 0.05
+    a["duration_s"][rng.random(n) < 0.1] = 0.0
+    for c in MEM_CATS:
+        a[c] = rng.integers(0, 5000, n)
+    a["free_slots"] += 1  # a pool is never empty
+    a["shared_blocks_saved"] = np.where(rng.random(n) < 0.5, rng.integers(0, 40, n), 0)
+    return a
+
+
+def by_hand(a: np.ndarray) -> tuple[list[float], list[int]]:
+    """The spec: each row's terms added left to right, in Python floats."""
+    acc, n, peak = [0.0] * 12, 0, 0
+    for r in a.tolist():
+        row = dict(zip(STEP_DTYPE.names, r, strict=True))
+        cats = [row[c] for c in MEM_CATS]
+        w, pool = row["duration_s"], float(sum(cats))
+        acc[0] += w
+        for i, c in enumerate(cats):
+            share = c / pool
+            acc[1 + i] += share * w
+            acc[6 + i] += share
+        held = cats[0] + cats[2] + cats[1]
+        peak = max(peak, held)
+        s = row["shared_blocks_saved"]
+        acc[11] += s / (s + max(held / B, 1.0))
+        n += 1
+    return acc, [n, peak]
+
+
+def folded(which: str, a: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> StepSums:
+    monkeypatch.setattr(step_fold, "COMPILED", None if which == "numpy" else step_fold.compiled_fold())
+    s = StepSums(B)
+    s.add_records(a)
+    return s
+
+
+@pytest.mark.parametrize("which", ["numpy", "compiled"])
+def test_the_sums_are_the_rows_added_left_to_right(which: str, monkeypatch: pytest.MonkeyPatch,
+                                                   request: pytest.FixtureRequest) -> None:
+    if which == "compiled":
+        request.getfixturevalue("compiled")
+    a = random_records(np.random.default_rng(1), 500)
+    s = folded(which, a, monkeypatch)
+    acc, ic = by_hand(a)
+    assert s.acc.tolist() == acc and s.ic.tolist() == ic
+
+
+def test_compiled_and_numpy_agree_bit_for_bit_in_any_chunks(compiled: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(2)
+    a = random_records(rng, 5000)
+    ref = folded("numpy", a, monkeypatch)
+    monkeypatch.setattr(step_fold, "COMPILED", step_fold.compiled_fold())
+    chunked = StepSums(B)
+    cuts = sorted(rng.choice(np.arange(1, 5000), 30, replace=False))
+    for x, y in zip([0, *cuts], [*cuts, 5000], strict=True):
+        chunked.add_records(a[x:y])
+    assert chunked.acc.tobytes() == ref.acc.tobytes() and chunked.ic.tolist() == ref.ic.tolist()
+
+
+def test_tuples_fold_as_their_records(compiled: None) -> None:
+    a = random_records(np.random.default_rng(3), 300)
+    rows = [tuple(r) for r in a.tolist()]
+    whole, parts = StepSums(B), StepSums(B)
+    whole.add_records(a)
+    parts.add_tuples(rows, 0, 120)
+    parts.add_tuples(rows, 120, 300)
+    assert parts.acc.tobytes() == whole.acc.tobytes() and parts.ic.tolist() == whole.ic.tolist()
+    with pytest.raises(ValueError, match="out of the list"):
+        parts.add_tuples(rows, 10, 301)
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_a_run_folds_as_its_laid_out_records(compiled: None, lag: int) -> None:
+    """The run's rows from its arrays, never laid out, give what its records give."""
+    rr = a_run(lag, 40, 200, seed=lag)
+    pieces = [(rr, 0, 17), (rr, 17, 150), (rr, 150, 200)]
+    direct, laid = StepSums(B), StepSums(B)
+    for p in pieces:
+        fold_piece(p, direct)
+    laid.add_records(lay_out(pieces))
+    assert direct.acc.tobytes() == laid.acc.tobytes() and direct.ic.tolist() == laid.ic.tolist()
+    with pytest.raises(ValueError, match="one block size"):
+        fold_piece(pieces[0], StepSums(32))
+
+
+def test_a_log_folds_its_tuples_and_runs_in_step_order(compiled: None) -> None:
+    """``StepLog.fold_into`` (no records laid out) gives the sums of ``take()``'s array."""
+    rng = np.random.default_rng(5)
+    extra = [tuple(r) for r in random_records(rng, 30).tolist()]
+    r1, r2 = a_run(1, 10, 60, seed=1), a_run(0, 90, 40, seed=2)
+
+    def fill(log: StepLog) -> None:
+        for t in extra[:4]:
+            log.append(t)
+        log.defer(lay_out, (r1, 0, 60), 60, fold_piece)
+        for t in extra[4:20]:
+            log.append(t)
+        log.defer(lay_out, (r2, 5, 40), 35, fold_piece)
+        log.defer(lay_out, (r2, 0, 5), 5)  # without a fold: laid out, then folded
+        for t in extra[20:]:
+            log.append(t)
+
+    a, b = StepLog(), StepLog()
+    fill(a)
+    fill(b)
+    via_fold, via_take = StepSums(B), StepSums(B)
+    a.fold_into(via_fold)
+    via_take.add_records(b.take())
+    assert via_fold.acc.tobytes() == via_take.acc.tobytes() and via_fold.ic.tolist() == via_take.ic.tolist()
+    assert len(a) == 0 and via_fold.n == 4 + 60 + 16 + 35 + 5 + 10
+
+
+def test_a_summary_only_run_folds_its_runs_unlaid_and_matches_the_in_memory_summary(
+        compiled: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sim.config import make_config
+    from sim.engine.fastforward import run_records, runs
+    from sim.io import stream
+    from sim.run.simulate import simulate
+    from tests.helpers import BUNDLED
+    from workloads import load_trace
+
+    calls: list[int] = []
+
+    def counting(piece, sums):  # type: ignore[no-untyped-def]
+        calls.append(piece[2] - piece[1])
+        fold_piece(piece, sums)
+
+    monkeypatch.setattr(runs, "fold_piece", counting)
+    monkeypatch.setattr(stream, "CHUNK", 256)
+    tr, cfg = load_trace(BUNDLED), make_config(max_model_len=8192)
+    lean, full = simulate(cfg, tr, summary_only=True), simulate(cfg, tr)
+    assert sum(calls) > 1000, "no run was folded straight from its arrays: proves nothing"
+    assert lean.summary.memory == full.summary.memory
+    assert (lean.summary.kv_held_slots_peak, lean.summary.sharing_saved_fraction) == \
+        (full.summary.kv_held_slots_peak, full.summary.sharing_saved_fraction)
+    assert run_records.fold_piece is fold_piece  # (the run module's name was patched, not this one)
