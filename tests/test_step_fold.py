@@ -116,8 +116,11 @@ def test_a_run_folds_as_its_laid_out_records(compiled: None, lag: int) -> None:
         fold_piece(pieces[0], StepSums(32))
 
 
-def test_a_log_folds_its_tuples_and_runs_in_step_order(compiled: None) -> None:
-    """``StepLog.fold_into`` (no records laid out) gives the sums of ``take()``'s array."""
+@pytest.mark.parametrize("which", ["numpy", "compiled"])
+def test_a_log_folds_its_tuples_and_runs_in_step_order(compiled: None, which: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``StepLog.fold_into`` gives the sums of ``take()``'s array: compiled, straight from the
+    tuples and the runs' arrays (no record laid out); else from the records, laid out."""
     rng = np.random.default_rng(5)
     extra = [tuple(r) for r in random_records(rng, 30).tolist()]
     r1, r2 = a_run(1, 10, 60, seed=1), a_run(0, 90, 40, seed=2)
@@ -136,7 +139,11 @@ def test_a_log_folds_its_tuples_and_runs_in_step_order(compiled: None) -> None:
     a, b = StepLog(), StepLog()
     fill(a)
     fill(b)
-    via_fold, via_take = StepSums(B), StepSums(B)
+    via_take = StepSums(B)
+    if which == "numpy":
+        monkeypatch.setattr(step_fold, "COMPILED", None)
+    via_fold = StepSums(B)
+    assert via_fold.compiled == (which == "compiled")
     a.fold_into(via_fold)
     via_take.add_records(b.take())
     assert via_fold.acc.tobytes() == via_take.acc.tobytes() and via_fold.ic.tolist() == via_take.ic.tolist()
