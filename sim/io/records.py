@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
@@ -38,6 +39,31 @@ record_from_tuple = partial(tuple.__new__, StepRecord)
 _FLOAT = {"start_s", "duration_s"}
 STEP_DTYPE = np.dtype([(c, np.float64 if c in _FLOAT else np.int64) for c in STEP_COLUMNS])
 """One step record as a numpy record (``frame`` and :mod:`sim.io.stream` convert with it)."""
+
+
+def _compiled_fill() -> Callable[[list[Any], np.ndarray], None] | None:
+    """``_records.fill_records`` (compiled, optional), or None: not built, or
+    ``KVSIM_PURE_PYTHON`` set."""
+    if os.environ.get("KVSIM_PURE_PYTHON"):
+        return None
+    try:
+        from sim.io._records import fill_records  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return fill_records  # type: ignore[no-any-return]
+
+
+FILL = _compiled_fill()  # tests set it to None to compare both
+
+
+def from_tuples(rows: list[Any]) -> np.ndarray:
+    """StepRecord tuples as one STEP_DTYPE array: ``np.fromiter`` (the reference), or the
+    compiled ``_records.c`` writing the same values in one pass (about 10x faster)."""
+    if FILL is None:
+        return np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows))
+    a = np.empty(len(rows), STEP_DTYPE)
+    FILL(rows, a.view(np.int64))
+    return a
 
 
 def concat_steps(parts: list[np.ndarray]) -> np.ndarray:
@@ -111,7 +137,7 @@ class StepLog:
             if len(parts) == 1:
                 self.parts = [parts[0]]  # (laid out)
                 return parts[0]
-        r = np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows)) if rows else None  # one C pass
+        r = from_tuples(rows) if rows else None  # one C pass
         pieces, prev = [], 0
         for cut, part in zip(self.cuts, parts, strict=True):
             if cut > prev:
