@@ -9,7 +9,7 @@ so the section is regenerated from runs, never typed in::
     python bench/speed_table.py bench/results/speed.jsonl --readme README.md
 
 A record is flat: ``bench`` (the script's name), ``date`` (UTC, minutes), ``machine`` (host,
-cores, Python, 1-minute load average at the end of the run), ``cost_model`` (the name the
+cores, Python, 1-minute load average at the end of the run, the compiled loops in use), ``cost_model`` (the name the
 cost model gives itself, engine version and fit included), ``command`` (argv as run) and the
 bench's own figures. Nothing here times anything.
 """
@@ -28,9 +28,22 @@ from typing import Any
 PREFIX = "RECORD "
 
 
+def compiled_loops() -> list[str]:
+    """The optional compiled loops this process runs (none where they were not built or
+    ``KVSIM_PURE_PYTHON`` is set): the same results, another speed."""
+    from sim.engine.fastforward import run_layout
+    from sim.io import records, step_fold
+    from sim.kv import block_pool
+
+    return [name for name, on in (("pool", block_pool.LOOPS), ("records", records.FILL),
+                                  ("step_fold", step_fold.COMPILED), ("run_layout", run_layout.COMPILED))
+            if on is not None]
+
+
 def machine() -> dict[str, Any]:
     return {"host": platform.node(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "system": f"{platform.system()} {platform.machine()}", "load_avg_1m": round(os.getloadavg()[0], 2)}
+            "system": f"{platform.system()} {platform.machine()}", "load_avg_1m": round(os.getloadavg()[0], 2),
+            "compiled_loops": compiled_loops()}
 
 
 def emit(bench: str, cost_model: str, figures: dict[str, Any], record: Path | None) -> dict[str, Any]:

@@ -45,7 +45,10 @@ def _met(ok: bool) -> str:
 
 def _machine(r: dict[str, Any]) -> str:
     m = r.get("machine", {})
-    return f"{m.get('cores', '?')} cores, Python {m.get('python', '?')}, load {m.get('load_avg_1m', '?')}"
+    built = m.get("compiled_loops")
+    how = "" if built is None else ", compiled loops" if len(built) == 4 else \
+        ", pure Python" if not built else f", compiled: {'+'.join(built)}"
+    return f"{m.get('cores', '?')} cores, Python {m.get('python', '?')}{how}, load {m.get('load_avg_1m', '?')}"
 
 
 def _engine(r: dict[str, Any]) -> tuple[str, str]:

@@ -118,3 +118,13 @@ def test_a_record_missing_a_field_is_one_error_naming_the_bench_and_field() -> N
     del rec["loop_s"]
     with pytest.raises(SystemExit, match=r"x\.jsonl: the newest bench_engine record has no field 'loop_s'"):
         st.render([rec], "x.jsonl")
+
+
+def test_a_record_says_whether_its_loops_were_compiled() -> None:
+    st, rec = bench_module("speed_table"), bench_module("record")
+    base = {"cores": 2, "python": "3.11.7", "load_avg_1m": 0.5}
+    assert "pure Python" in st._machine({"machine": {**base, "compiled_loops": []}})
+    assert "compiled loops" in st._machine({"machine": {**base, "compiled_loops": ["a", "b", "c", "d"]}})
+    assert "compiled: pool" in st._machine({"machine": {**base, "compiled_loops": ["pool"]}})
+    assert "compiled" not in st._machine({"machine": base}) and "pure" not in st._machine({"machine": base})
+    assert set(rec.compiled_loops()) <= {"pool", "records", "step_fold", "run_layout"}
