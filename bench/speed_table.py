@@ -28,14 +28,15 @@ from record import read
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- speed-table:begin -->", "<!-- speed-table:end -->"
 VIDUR_ISSUE_S, ISSUE_MACHINE_SLOWER = 66.1, 1.45  # issue 19's side-by-side run; module docstring
-ORDER = ("bench_engine", "bench_fleet", "bench_day", "bench_sweep", "bench_plan")
+ORDER = ("bench_engine", "bench_fleet", "bench_day", "bench_sweep", "bench_plan", "bench_compiled (engine)")
 
 
 def newest(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The last record of each bench, in file order (a rerun appends, so the last is the newest)."""
+    """The last record of each bench, in file order (a rerun appends, so the last is the newest);
+    bench_compiled keeps one per ``what`` (the engine, a fleet router)."""
     out: dict[str, dict[str, Any]] = {}
     for r in records:
-        out[r["bench"]] = r
+        out[r["bench"] + (f" ({r['what']})" if r["bench"] == "bench_compiled" else "")] = r
     return out
 
 
@@ -104,8 +105,15 @@ def _fleet(r: dict[str, Any]) -> tuple[str, str]:
     return fig, "none"
 
 
+def _compiled(r: dict[str, Any]) -> tuple[str, str]:
+    c, p = r["compiled_s"], r["pure_s"]
+    what = "70B replica" if r["what"] == "engine" else f"8 x 70B, {r['what']}"
+    return (f"{what}, {r['requests']:,} requests, {r['rounds']} rounds in one process: compiled loops "
+            f"{sum(c) / len(c):.2f} s, pure Python {sum(p) / len(p):.2f} s (means): **{r['ratio']:.2f}x**", "none")
+
+
 RENDER = {"bench_engine": _engine, "bench_day": _day, "bench_sweep": _sweep, "bench_plan": _plan,
-          "bench_fleet": _fleet}
+          "bench_fleet": _fleet, "bench_compiled": _compiled}
 
 
 def render(records: list[dict[str, Any]], source: str) -> str:
@@ -118,7 +126,7 @@ def render(records: list[dict[str, Any]], source: str) -> str:
     for name in sorted(last, key=lambda b: (ORDER.index(b) if b in ORDER else len(ORDER), b)):
         r = last[name]
         try:
-            fig, target = RENDER[name](r) if name in RENDER else (str(r), "")
+            fig, target = RENDER[r["bench"]](r) if r["bench"] in RENDER else (str(r), "")
         except KeyError as e:
             raise SystemExit(f"{source}: the newest {name} record has no field {e.args[0]!r}") from None
         lines.append(f"| {name} | `{r['command']}` | {r['cost_model']} | {_machine(r)}, {r['date']} | {fig} | {target} |")

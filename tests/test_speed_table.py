@@ -128,3 +128,15 @@ def test_a_record_says_whether_its_loops_were_compiled() -> None:
     assert "compiled: pool" in st._machine({"machine": {**base, "compiled_loops": ["pool"]}})
     assert "compiled" not in st._machine({"machine": base}) and "pure" not in st._machine({"machine": base})
     assert set(rec.compiled_loops()) <= {"pool", "records", "step_fold", "run_layout"}
+
+
+def test_compiled_vs_pure_keeps_one_row_per_what() -> None:
+    st = bench_module("speed_table")
+    base = {"bench": "bench_compiled", "date": "2026-12-04 12:00 UTC", "machine": {"cores": 2}, "cost_model": "c",
+            "command": "python bench/bench_compiled.py", "requests": 10, "rounds": 2}
+    recs = [{**base, "what": "engine", "compiled_s": [1.0, 1.0], "pure_s": [1.5, 1.5], "ratio": 1.5},
+            {**base, "what": "kv-aware", "compiled_s": [2.0, 2.0], "pure_s": [2.5, 2.5], "ratio": 1.25},
+            {**base, "what": "engine", "compiled_s": [1.0, 1.0], "pure_s": [1.2, 1.2], "ratio": 1.2}]
+    table = st.render(recs, "x.jsonl")
+    assert "| bench_compiled (engine) |" in table and "| bench_compiled (kv-aware) |" in table
+    assert "**1.20x**" in table and "**1.50x**" not in table and "8 x 70B, kv-aware" in table
