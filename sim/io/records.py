@@ -85,9 +85,10 @@ class StepLog:
     path) and, from fast-forward's runs of quiet steps, deferred parts (:meth:`defer`).
 
     The tuples are converted when the records are read (:meth:`take`, :meth:`frame`), all in
-    one ``fromiter``, and a run's records go in after the tuples appended before it (``cuts``);
-    converting them at every run cost one ``fromiter`` a run. Deferred parts are laid out then
-    too, all of one ``make`` in one call (a run's records cost about 16 numpy calls one by one).
+    one pass (:func:`from_tuples`), and a run's records go in after the tuples appended before
+    it (``cuts``); converting them at every run cost one pass a run. Deferred parts are laid out
+    then too, all of one ``make`` in one call (a run's records cost about 16 numpy calls one by
+    one). A summary-only reader folds them instead (:meth:`fold_into`), laying out nothing.
     ``FOLD_AT`` tuples at most are held (about 400 bytes each, against 136 as a record)."""
 
     __slots__ = ("append", "cuts", "in_parts", "parts", "rows")
