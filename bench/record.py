@@ -28,16 +28,20 @@ from typing import Any
 PREFIX = "RECORD "
 
 
-def compiled_loops() -> list[str]:
-    """The optional compiled loops this process runs (none where they were not built or
-    ``KVSIM_PURE_PYTHON`` is set): the same results, another speed."""
+def compiled_switches() -> list[tuple[str, Any, str]]:
+    """Each optional compiled loop as ``(name, module, attribute)``: the module attribute that
+    holds it (None where it was not built or ``KVSIM_PURE_PYTHON`` is set)."""
     from sim.engine.fastforward import run_layout
     from sim.io import records, step_fold
     from sim.kv import block_pool
 
-    return [name for name, on in (("pool", block_pool.LOOPS), ("records", records.FILL),
-                                  ("step_fold", step_fold.COMPILED), ("run_layout", run_layout.COMPILED))
-            if on is not None]
+    return [("pool", block_pool, "LOOPS"), ("records", records, "FILL"), ("step_fold", step_fold, "COMPILED"),
+            ("run_layout", run_layout, "COMPILED")]
+
+
+def compiled_loops() -> list[str]:
+    """The optional compiled loops this process runs: the same results, another speed."""
+    return [name for name, mod, attr in compiled_switches() if getattr(mod, attr) is not None]
 
 
 def machine() -> dict[str, Any]:

@@ -6,6 +6,7 @@
 - :func:`optional_data`                 a large optional file under ``KVSIM_DATA``, or a skip
 - :func:`bench_module`                  a script of ``bench/``, imported as a module
 - :func:`pool_loops`                    the block pool's per-block loops: pure Python or compiled
+- :func:`require_built`                 skip, with the reason, where a compiled loop is not in use
 - :func:`a_run`                         a laid-out run of quiet steps (random times and pops)
 """
 
@@ -46,9 +47,15 @@ def pool_loops(which: str) -> ModuleType | None:
     try:
         from sim.kv import _pool_loops  # type: ignore[attr-defined]
     except ImportError:
-        pytest.skip("the compiled pool loops (sim/kv/_pool_loops.c) were not built: "
-                    "no C compiler at install")
+        require_built(None, "sim/kv/_pool_loops.c")
     return _pool_loops
+
+
+def require_built(loop: object, source: str) -> None:
+    """Skip the test, with the reason, when ``loop`` (a module's compiled-loop attribute) is None."""
+    if loop is None:
+        pytest.skip(f"the compiled loop of {source} is not in use: not built (no C compiler at install) "
+                    "or KVSIM_PURE_PYTHON is set")
 
 
 def req(uid: int, prompt: int, out: int = 4, *, ids: tuple[int, ...] | None = None, base: int | None = None,

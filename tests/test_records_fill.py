@@ -10,13 +10,12 @@ import pytest
 
 from sim.io import records
 from sim.io.records import STEP_DTYPE, StepLog, StepRecord, from_tuples
+from tests.helpers import require_built
 
 
 @pytest.fixture
 def compiled() -> None:
-    if records.FILL is None:
-        pytest.skip("the compiled record fill (sim/io/_records.c) was not built (no C compiler at "
-                    "install) or KVSIM_PURE_PYTHON is set")
+    require_built(records.FILL, "sim/io/_records.c")
 
 
 def random_rows(rng: np.random.Generator, n: int) -> list[StepRecord]:

@@ -15,13 +15,12 @@ import pytest
 from sim.cost.bulk import ArrayTimes, DecodeTerms
 from sim.engine.fastforward import run_layout
 from sim.engine.fastforward.run_layout import lay_out_numpy, lay_out_run
+from tests.helpers import require_built
 
 
 @pytest.fixture
 def compiled() -> None:
-    if run_layout.COMPILED is None:
-        pytest.skip("the compiled run layout (sim/engine/fastforward/_run_layout.c) was not built "
-                    "(no C compiler at install) or KVSIM_PURE_PYTHON is set")
+    require_built(run_layout.COMPILED, "sim/engine/fastforward/_run_layout.c")
 
 
 def random_run(rng: np.random.Generator) -> dict:

@@ -17,16 +17,15 @@ from sim.io import step_fold
 from sim.io.records import STEP_DTYPE, StepLog
 from sim.io.results import MEM_CATS
 from sim.io.step_fold import StepSums
-from tests.helpers import a_run
+from tests.helpers import a_run, require_built
 
 B = 16
+FOLD = step_fold.COMPILED  # the compiled fold as imported (None where it was not built)
 
 
 @pytest.fixture
 def compiled() -> None:
-    if step_fold.COMPILED is None:
-        pytest.skip("the compiled step fold (sim/io/_step_fold.c) was not built (no C compiler at "
-                    "install) or KVSIM_PURE_PYTHON is set")
+    require_built(step_fold.COMPILED, "sim/io/_step_fold.c")
 
 
 def random_records(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -61,7 +60,7 @@ def by_hand(a: np.ndarray) -> tuple[list[float], list[int]]:
 
 
 def folded(which: str, a: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> StepSums:
-    monkeypatch.setattr(step_fold, "COMPILED", None if which == "numpy" else step_fold.compiled_fold())
+    monkeypatch.setattr(step_fold, "COMPILED", None if which == "numpy" else FOLD)
     s = StepSums(B)
     s.add_records(a)
     return s
@@ -82,7 +81,7 @@ def test_compiled_and_numpy_agree_bit_for_bit_in_any_chunks(compiled: None, monk
     rng = np.random.default_rng(2)
     a = random_records(rng, 5000)
     ref = folded("numpy", a, monkeypatch)
-    monkeypatch.setattr(step_fold, "COMPILED", step_fold.compiled_fold())
+    monkeypatch.setattr(step_fold, "COMPILED", FOLD)
     chunked = StepSums(B)
     cuts = sorted(rng.choice(np.arange(1, 5000), 30, replace=False))
     for x, y in zip([0, *cuts], [*cuts, 5000], strict=True):

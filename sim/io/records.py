@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
+
+from sim.compiled import compiled
 
 
 class StepRecord(NamedTuple):
@@ -41,19 +42,9 @@ STEP_DTYPE = np.dtype([(c, np.float64 if c in _FLOAT else np.int64) for c in STE
 """One step record as a numpy record (``frame`` and :mod:`sim.io.stream` convert with it)."""
 
 
-def _compiled_fill() -> Callable[[list[Any], np.ndarray], None] | None:
-    """``_records.fill_records`` (compiled, optional), or None: not built, or
-    ``KVSIM_PURE_PYTHON`` set."""
-    if os.environ.get("KVSIM_PURE_PYTHON"):
-        return None
-    try:
-        from sim.io._records import fill_records  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return fill_records  # type: ignore[no-any-return]
-
-
-FILL = _compiled_fill()  # tests set it to None to compare both
+FILL: Callable[[list[Any], np.ndarray], None] | None = getattr(compiled("sim.io._records"), "fill_records", None)
+"""The compiled ``_records.fill_records``, or None (:func:`sim.compiled.compiled`); tests set it
+to None to compare both."""
 
 
 def from_tuples(rows: list[Any]) -> np.ndarray:

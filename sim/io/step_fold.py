@@ -16,29 +16,19 @@ compiler is, without fused multiply-add). The compiled one runs when it was buil
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from functools import reduce
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-N_CATS = 5  # token_state, reserved, internal_frag, external_frag, free (sim.io.results.MEM_CATS)
+from sim.compiled import compiled
+from sim.io.results import MEM_CATS
+
+N_CATS = len(MEM_CATS)  # token_state, reserved, internal_frag, external_frag, free
 
 
-def compiled_fold() -> ModuleType | None:
-    """The compiled fold, or None (not built, or ``KVSIM_PURE_PYTHON`` set)."""
-    if os.environ.get("KVSIM_PURE_PYTHON"):
-        return None
-    try:
-        from sim.io import _step_fold  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _step_fold
-
-
-COMPILED = compiled_fold()  # read by each new StepSums (tests set it to compare both)
+COMPILED = compiled("sim.io._step_fold")  # read by each new StepSums (tests set it to compare both)
 
 
 def fold_numpy(w: np.ndarray, cats: Sequence[np.ndarray], saved: np.ndarray, acc: np.ndarray, ic: np.ndarray,
@@ -90,8 +80,6 @@ class StepSums:
 
     def add_records(self, a: Any) -> None:
         """Rows of a STEP_DTYPE array or a frame with the step columns."""
-        from sim.io.results import MEM_CATS
-
         def col(name: str, dtype: Any) -> np.ndarray:
             return np.asarray(a[name], dtype=dtype)
 

@@ -26,25 +26,12 @@ block for block; those loops stay the reference, and ``KVSIM_PURE_PYTHON=1`` sel
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
-from types import ModuleType
 
+from sim.compiled import compiled
 from sim.kv.free_queue import FreeQueue
 
-
-def compiled_loops() -> ModuleType | None:
-    """The compiled per-block loops, or None (not built, or ``KVSIM_PURE_PYTHON`` set)."""
-    if os.environ.get("KVSIM_PURE_PYTHON"):
-        return None
-    try:
-        from sim.kv import _pool_loops  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _pool_loops
-
-
-LOOPS = compiled_loops()  # read by each new pool (tests set it to compare both)
+LOOPS = compiled("sim.kv._pool_loops")  # read by each new pool (tests set it to compare both)
 
 FREE_ORDERS = ("front-tail", "tail", "stack")
 UNPUBLISHED = -(1 << 62)  # block_hash of a hashed block not in the map (no key reaches it; module docstring)

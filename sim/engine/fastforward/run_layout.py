@@ -20,13 +20,12 @@ steps is most of the cost of a run.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
 
+from sim.compiled import compiled
 from sim.cost.bulk import DecodeTerms, DecodeTimeArray
 
 
@@ -38,18 +37,7 @@ class RunArrays(NamedTuple):
     busy: np.ndarray
 
 
-def compiled_layout() -> ModuleType | None:
-    """The compiled layout, or None (not built, or ``KVSIM_PURE_PYTHON`` set)."""
-    if os.environ.get("KVSIM_PURE_PYTHON"):
-        return None
-    try:
-        from sim.engine.fastforward import _run_layout  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _run_layout
-
-
-COMPILED = compiled_layout()  # tests set it to None to compare both
+COMPILED = compiled("sim.engine.fastforward._run_layout")  # tests set it to None to compare both
 
 
 def lay_out_numpy(H: int, B: int, firsts: list[tuple[int, int]], decoders: int, ctx0: int, pages: int,
