@@ -25,26 +25,27 @@ import time
 from pathlib import Path
 from typing import Any
 
-from record import compiled_loops, emit
+from record import compiled_loops, compiled_switches, emit
 
 from sim.cluster.replay import replay_fleet
+from sim.cluster.router import parse_router
 from sim.config.schema import make_config
 from sim.cost.for_config import cost_model_for
-from sim.engine.fastforward import run_layout
-from sim.io import records, step_fold
-from sim.kv import block_pool
+from sim.errors import ConfigError
 from sim.run.simulate import simulate
 from workloads import load_trace
 
 TRACE_IN_DATA = ("traces", "azure_llm_2023", "AzureLLMInferenceTrace_conv.csv")
 CONFIG: dict[str, Any] = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
                               block_size=16, max_model_len=4096)
-ON = (block_pool.LOOPS, records.FILL, step_fold.COMPILED, run_layout.COMPILED)
+SWITCHES = compiled_switches()
+ON = [getattr(mod, attr) for _, mod, attr in SWITCHES]  # as imported
 
 
 def use_compiled(on: bool) -> None:
     """Every compiled loop on (as imported) or off (the pure-Python references)."""
-    block_pool.LOOPS, records.FILL, step_fold.COMPILED, run_layout.COMPILED = ON if on else (None,) * 4
+    for (_, mod, attr), loop in zip(SWITCHES, ON, strict=True):
+        setattr(mod, attr, loop if on else None)
 
 
 def one(what: str, trace: Any) -> tuple[float, int]:
@@ -67,6 +68,13 @@ def main() -> None:
     a = ap.parse_args()
     if a.rounds < 1:
         raise SystemExit("bench_compiled: --rounds must be >= 1")
+    if a.limit < 0:
+        raise SystemExit("bench_compiled: --limit must be >= 0 (0: every request)")
+    if a.what != "engine":
+        try:
+            parse_router(a.what)
+        except ConfigError as e:
+            raise SystemExit(f"bench_compiled: --what is 'engine' or a router; {e}") from None
     path = a.trace or (Path(os.environ["KVSIM_DATA"]).joinpath(*TRACE_IN_DATA) if os.environ.get("KVSIM_DATA") else None)
     if path is None or not path.is_file():
         print(f"bench_compiled: skipped (no trace: {path or 'set KVSIM_DATA or pass --trace'})")

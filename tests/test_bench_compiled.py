@@ -33,5 +33,10 @@ def test_it_skips_or_refuses_in_one_line() -> None:
     assert p.returncode == 0 and p.stdout.startswith("bench_compiled: skipped (no trace")
     p = run("--trace", str(bundled_trace()), "--rounds", "0")
     assert p.returncode != 0 and p.stderr.strip() == "bench_compiled: --rounds must be >= 1"
+    p = run("--trace", str(bundled_trace()), "--limit", "-3")
+    assert p.returncode != 0 and p.stderr.strip() == "bench_compiled: --limit must be >= 0 (0: every request)"
+    p = run("--trace", str(bundled_trace()), "--what", "nonsense")
+    assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1
+    assert p.stderr.startswith("bench_compiled: --what is 'engine' or a router; --router 'nonsense'")
     p = run("--trace", str(bundled_trace()), env={**os.environ, "KVSIM_PURE_PYTHON": "1"})
     assert p.returncode == 0 and "skipped (compiled loops in use: none" in p.stdout
