@@ -6,6 +6,7 @@
 - :func:`optional_data`                 a large optional file under ``KVSIM_DATA``, or a skip
 - :func:`bench_module`                  a script of ``bench/``, imported as a module
 - :func:`pool_loops`                    the block pool's per-block loops: pure Python or compiled
+- :func:`table_loops`                   the paged allocator's per-request loops: pure Python or compiled
 - :func:`require_built`                 skip, with the reason, where a compiled loop is not in use
 - :func:`a_run`                         a laid-out run of quiet steps (random times and pops)
 """
@@ -49,6 +50,17 @@ def pool_loops(which: str) -> ModuleType | None:
     except ImportError:
         require_built(None, "sim/kv/_pool_loops.c")
     return _pool_loops
+
+
+def table_loops(which: str) -> ModuleType | None:
+    """``paged.TABLE_LOOPS`` for ``which``, as :func:`pool_loops`."""
+    if which == "python":
+        return None
+    try:
+        from sim.kv import _table_loops  # type: ignore[attr-defined]
+    except ImportError:
+        require_built(None, "sim/kv/_table_loops.c")
+    return _table_loops
 
 
 def require_built(loop: object, source: str) -> None:

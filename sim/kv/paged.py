@@ -12,10 +12,11 @@ copy-on-write (paper-v0): :mod:`sim.kv.sharing`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from itertools import chain
 
+from sim.compiled import compiled
 from sim.kv.base import LinearBreakdown, MemoryBreakdown, cdiv
 from sim.kv.block_pool import UNPUBLISHED
 from sim.kv.block_table import BlockTable, table_of
@@ -29,6 +30,7 @@ from sim.kv.window import KvGroup
 from sim.request import Request
 
 _breakdown = partial(tuple.__new__, MemoryBreakdown)  # MemoryBreakdown from a tuple, fast
+TABLE_LOOPS = compiled("sim.kv._table_loops")  # read by each new allocator (tests set it to compare both)
 
 
 class PagedAllocator(KvCacheManager):
@@ -57,6 +59,10 @@ class PagedAllocator(KvCacheManager):
         # read them (a KV connector, KV events: both turn it off), nor with fork sharing or the
         # tail / stack free orders (vllm-v1-legacy, paper-v0)
         self.lazy_unique = enable_caching and free_order == "front-tail" and not exact_fill
+        # the per-request loops at a block boundary, compiled (sim/kv/_table_loops.c), or None
+        self._append_each: Callable[[list[Request], list[int]], None] | None = \
+            getattr(TABLE_LOOPS, "append_each", None)
+        self._register_decoded: Callable[..., None] | None = getattr(TABLE_LOOPS, "register_decoded", None)
 
     def connect(self, connector: KvConnector) -> None:
         self.lazy_unique = False  # the connector keys what it stores by the map's keys
@@ -105,25 +111,41 @@ class PagedAllocator(KvCacheManager):
     def register_decoded_blocks(self, reqs: list[Request], ahead: int) -> None:
         """:meth:`register_full_blocks` up to ``num_computed_tokens + ahead`` for each request
         (fast-forward: decoders whose last block fills this step; one call per step)."""
-        bh, cache = self.pool.block_hash, self.pool.cache
+        if self._register_decoded is not None:  # the loop below, compiled
+            self._register_decoded(reqs, ahead, self.block_size, self.pool.block_hash,
+                                   UNPUBLISHED if self.lazy_unique else None, self._register_decoded_one)
+            return
+        bh = self.pool.block_hash
         B, lazy = self.block_size, self.lazy_unique
         for r in reqs:
             upto = r.num_computed_tokens + ahead
             table = r.kv
             j = table.num_registered
-            if r.content is None and upto // B == j + 1 and bh[table.blocks[j]] is None:
-                b = table.blocks[j]  # one unique block: == register_full_blocks, inlined
-                if lazy:
-                    bh[b] = UNPUBLISHED
-                else:
-                    key = bh[b] = -(r.uid * UNIQUE_BASE + j + 1)
-                    if key in cache:
-                        self.pool.dups.setdefault(key, []).append(b)
-                    else:
-                        cache[key] = b
+            if lazy and r.content is None and upto // B == j + 1 and bh[table.blocks[j]] is None:
+                bh[table.blocks[j]] = UNPUBLISHED  # one unique block, marked (register_full_blocks)
                 table.num_registered = j + 1
             else:
-                self.register_full_blocks(r, upto)
+                self._register_decoded_one(r, upto)
+
+    def _register_decoded_one(self, r: Request, upto: int) -> None:
+        """:meth:`register_decoded_blocks` for one request, unless its block was only marked."""
+        table = r.kv
+        j = table.num_registered
+        bh = self.pool.block_hash
+        if r.content is None and upto // self.block_size == j + 1 and bh[table.blocks[j]] is None:
+            b = table.blocks[j]  # one unique block: == register_full_blocks, inlined
+            if self.lazy_unique:
+                bh[b] = UNPUBLISHED
+            else:
+                cache = self.pool.cache
+                key = bh[b] = -(r.uid * UNIQUE_BASE + j + 1)
+                if key in cache:
+                    self.pool.dups.setdefault(key, []).append(b)
+                else:
+                    cache[key] = b
+            table.num_registered = j + 1
+        else:
+            self.register_full_blocks(r, upto)
 
     def register_full_blocks(self, req: Request, num_tokens: int) -> None:
         """Publish the blocks that ``num_tokens`` tokens fill to the prefix cache (schedule time).
@@ -231,6 +253,9 @@ class PagedAllocator(KvCacheManager):
         """Give each request one new block, in order (the caller checked there are enough)."""
         if len(reqs) == 1:
             reqs[0].kv.blocks.append(self.pool.pop_one())
+            return
+        if self._append_each is not None:  # the loop below, compiled
+            self._append_each(reqs, self.pool.get_new_blocks(len(reqs)))
             return
         for r, b in zip(reqs, self.pool.get_new_blocks(len(reqs)), strict=True):
             r.kv.blocks.append(b)

@@ -1,0 +1,101 @@
+"""The paged allocator's compiled loops at a block boundary (``sim/kv/_table_loops.c``) are its
+Python loops, faster: a new block for each decoder crossing a boundary, and the marks (or keys)
+of the blocks decoders fill.
+
+Whole simulations with both must give the same requests, steps and freed block tables; the
+same calls on one allocator must leave the same block hashes, prefix map and tables. Skipped,
+with the reason, where the extension was not built.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from sim.config import make_config
+from sim.kv import paged
+from sim.kv.block_pool import UNPUBLISHED
+from sim.kv.paged import PagedAllocator
+from sim.run.simulate import simulate
+from tests.helpers import BUNDLED, freed_tables, mooncake_slice, req, table_loops
+from workloads import load_trace
+
+
+def run_with(monkeypatch: pytest.MonkeyPatch, which: str, trace: Any, **cfg: Any) -> Any:
+    monkeypatch.setattr(paged, "TABLE_LOOPS", table_loops(which))
+    return freed_tables(lambda: simulate(make_config(**cfg), trace, check=True))
+
+
+@pytest.mark.parametrize(("trace", "cfg"), [
+    (lambda: load_trace(BUNDLED), {"max_model_len": 4096, "num_gpu_blocks": 300}),  # marks, preemptions
+    (lambda: load_trace(BUNDLED), {"max_model_len": 4096, "num_gpu_blocks": 300, "async_scheduling": False}),
+    (lambda: load_trace(BUNDLED), {"max_model_len": 4096, "num_gpu_blocks": 300, "free_order": "tail"}),
+    (mooncake_slice, {"max_model_len": 8192, "num_gpu_blocks": 3000}),  # content: the Python path, called back
+    (lambda: load_trace(BUNDLED), {"max_model_len": 4096, "num_gpu_blocks": 300, "enable_prefix_caching": False}),
+], ids=["conv-async", "conv-sync", "conv-keys-not-marks", "mooncake-prefix", "no-caching"])
+def test_a_simulation_is_the_same_with_compiled_and_python_table_loops(
+        monkeypatch: pytest.MonkeyPatch, trace: Any, cfg: dict[str, Any]) -> None:
+    tr = trace()
+    compiled, c_tables = run_with(monkeypatch, "compiled", tr, **cfg)
+    python, p_tables = run_with(monkeypatch, "python", tr, **cfg)
+    pd.testing.assert_frame_equal(compiled.requests, python.requests, check_exact=True)
+    pd.testing.assert_frame_equal(compiled.steps, python.steps, check_exact=True)
+    assert c_tables == p_tables, "the same requests freed other blocks"
+    assert compiled.summary.fast_forward_steps > 0, "no window ran: the loops were not reached"
+
+
+def allocator_with_decoders(which: str, lazy: bool) -> tuple[PagedAllocator, list[Any]]:
+    """Five requests without content (three at a block's last token) and one with content,
+    each holding its prompt's blocks, the blocks before its last registered."""
+    kv = PagedAllocator(64, 4, free_order="front-tail" if lazy else "tail")
+    reqs = [req(i, p) for i, p in enumerate((7, 8, 11, 3, 12))] + [req(9, 7, ids=tuple(range(7)))]
+    for r in reqs:
+        assert kv.allocate(r, r.num_tokens)
+        r.num_computed_tokens = r.num_tokens
+    kv.append_block(reqs[:4])  # one block each, popped together
+    return kv, reqs
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["marks", "keys"])
+@pytest.mark.parametrize("ahead", [0, 1])
+def test_register_decoded_blocks_leaves_the_same_pool_with_either_loop(
+        monkeypatch: pytest.MonkeyPatch, lazy: bool, ahead: int) -> None:
+    states = []
+    for which in ("compiled", "python"):
+        monkeypatch.setattr(paged, "TABLE_LOOPS", table_loops(which))
+        kv, reqs = allocator_with_decoders(which, lazy)
+        assert (kv._register_decoded is not None) == (which == "compiled")
+        kv.register_decoded_blocks(reqs, ahead)
+        pool = kv.pool
+        states.append((list(pool.block_hash), dict(pool.cache), {k: list(v) for k, v in pool.dups.items()},
+                       [(list(r.kv.blocks), r.kv.num_registered) for r in reqs]))
+        kv.check(reqs)
+    assert states[0] == states[1]
+    marked = states[0][0].count(UNPUBLISHED)
+    assert (marked > 0) == lazy, "the workload reaches the marking branch (lazy) and only then"
+
+
+def test_the_compiled_loops_refuse_what_python_would_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(paged, "TABLE_LOOPS", table_loops("compiled"))
+    kv, reqs = allocator_with_decoders("compiled", True)
+    loops = table_loops("compiled")
+    with pytest.raises(ValueError, match="one block for each request"):
+        loops.append_each(reqs[:2], [1])  # type: ignore[union-attr]
+    reqs[0].kv.blocks[reqs[0].kv.num_registered] = 999  # a block id past the pool
+    reqs[0].num_computed_tokens = 4 * (reqs[0].kv.num_registered + 1)
+    with pytest.raises(IndexError, match="block id 999 out of range"):
+        kv.register_decoded_blocks(reqs[:1], 0)
+    with pytest.raises(TypeError):
+        loops.register_decoded(reqs, 0, 4, (), UNPUBLISHED, kv._register_decoded_one)  # type: ignore[union-attr]
+
+
+def test_an_allocator_with_compiled_loops_copies_and_pickles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(paged, "TABLE_LOOPS", table_loops("compiled"))
+    kv, _ = allocator_with_decoders("compiled", True)
+    for other in (copy.deepcopy(kv), pickle.loads(pickle.dumps(kv))):
+        assert other._append_each is not None and other._register_decoded is not None
+        assert other.pool.free_queue.to_list() == kv.pool.free_queue.to_list()
