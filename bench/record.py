@@ -33,10 +33,10 @@ def compiled_switches() -> list[tuple[str, Any, str]]:
     holds it (None where it was not built or ``KVSIM_PURE_PYTHON`` is set)."""
     from sim.engine.fastforward import run_layout
     from sim.io import records, step_fold
-    from sim.kv import block_pool
+    from sim.kv import block_pool, paged
 
-    return [("pool", block_pool, "LOOPS"), ("records", records, "FILL"), ("step_fold", step_fold, "COMPILED"),
-            ("run_layout", run_layout, "COMPILED")]
+    return [("pool", block_pool, "LOOPS"), ("tables", paged, "TABLE_LOOPS"), ("records", records, "FILL"),
+            ("step_fold", step_fold, "COMPILED"), ("run_layout", run_layout, "COMPILED")]
 
 
 def compiled_loops() -> list[str]:

@@ -47,8 +47,8 @@ def _met(ok: bool) -> str:
 def _machine(r: dict[str, Any]) -> str:
     m = r.get("machine", {})
     built = m.get("compiled_loops")
-    how = "" if built is None else ", compiled loops" if len(built) == 4 else \
-        ", pure Python" if not built else f", compiled: {'+'.join(built)}"
+    how = "" if built is None else f", compiled loops ({len(built)})" if len(built) >= 4 else \
+        ", pure Python" if not built else f", compiled: {'+'.join(built)}"  # (four loops until 2026-12-04, then five)
     return f"{m.get('cores', '?')} cores, Python {m.get('python', '?')}{how}, load {m.get('load_avg_1m', '?')}"
 
 
