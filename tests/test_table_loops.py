@@ -1,6 +1,6 @@
-"""The paged allocator's compiled loops at a block boundary (``sim/kv/_table_loops.c``) are its
-Python loops, faster: a new block for each decoder crossing a boundary, and the marks (or keys)
-of the blocks decoders fill.
+"""The paged allocator's compiled per-request loops (``sim/kv/_table_loops.c``) are its Python
+loops, faster: a new block for each decoder crossing a boundary, the marks (or keys) of the
+blocks decoders fill, and the marks of a new prompt's blocks.
 
 Whole simulations with both must give the same requests, steps and freed block tables; the
 same calls on one allocator must leave the same block hashes, prefix map and tables. Skipped,
@@ -79,6 +79,21 @@ def test_register_decoded_blocks_leaves_the_same_pool_with_either_loop(
     assert (marked > 0) == lazy, "the workload reaches the marking branch (lazy) and only then"
 
 
+def test_a_new_prompt_marks_the_same_blocks_with_either_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admissions mark their prompt's full blocks unpublished (a hit's blocks keep their keys)."""
+    states = []
+    for which in ("compiled", "python"):
+        monkeypatch.setattr(paged, "TABLE_LOOPS", table_loops(which))
+        kv, reqs = allocator_with_decoders(which, True)
+        kv.free(reqs[1])  # finished: its blocks go to the free queue, marked, so a pop evicts them
+        late = req(20, 30)
+        assert kv.allocate(late, 30)
+        states.append((list(kv.pool.block_hash), late.kv.num_registered, list(late.kv.blocks)))
+        kv.check([r for r in reqs if r is not reqs[1]] + [late])
+    assert states[0] == states[1]
+    assert states[0][1] == 7 and states[0][0].count(UNPUBLISHED) >= 7
+
+
 def test_the_compiled_loops_refuse_what_python_would_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(paged, "TABLE_LOOPS", table_loops("compiled"))
     kv, reqs = allocator_with_decoders("compiled", True)
@@ -89,6 +104,8 @@ def test_the_compiled_loops_refuse_what_python_would_not_read(monkeypatch: pytes
     reqs[0].num_computed_tokens = 4 * (reqs[0].kv.num_registered + 1)
     with pytest.raises(IndexError, match="block id 999 out of range"):
         kv.register_decoded_blocks(reqs[:1], 0)
+    with pytest.raises(IndexError, match="block id 999 out of range"):
+        loops.mark_blocks(kv.pool.block_hash, [999], 0, 1, UNPUBLISHED)  # type: ignore[union-attr]
     with pytest.raises(TypeError):
         loops.register_decoded(reqs, 0, 4, (), UNPUBLISHED, kv._register_decoded_one)  # type: ignore[union-attr]
 
@@ -97,5 +114,5 @@ def test_an_allocator_with_compiled_loops_copies_and_pickles(monkeypatch: pytest
     monkeypatch.setattr(paged, "TABLE_LOOPS", table_loops("compiled"))
     kv, _ = allocator_with_decoders("compiled", True)
     for other in (copy.deepcopy(kv), pickle.loads(pickle.dumps(kv))):
-        assert other._append_each is not None and other._register_decoded is not None
+        assert None not in (other._append_each, other._register_decoded, other._mark_blocks)
         assert other.pool.free_queue.to_list() == kv.pool.free_queue.to_list()

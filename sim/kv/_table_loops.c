@@ -1,9 +1,10 @@
-/* The paged allocator's per-request loops at a block boundary, compiled: an optional accelerator
- * for sim/kv/paged.py (PagedAllocator.append_block and register_decoded_blocks).
+/* The paged allocator's per-request block loops, compiled: an optional accelerator for
+ * sim/kv/paged.py (PagedAllocator.append_block, register_decoded_blocks, register_full_blocks).
  *
  * In a fast-forward window, every step where decoders cross a block boundary gives each of them
- * one new block, and (with prefix caching) marks the block its last token filled. On a busy
- * replica that is a few hundred thousand requests touched a second, in Python about 300 ns each.
+ * one new block, and (with prefix caching) marks the block its last token filled; an admission
+ * marks its prompt's blocks. On a busy replica that is a few hundred thousand requests (or
+ * blocks) touched a second, in Python 40-300 ns each.
  * These loops do the same, on the same objects, in the same order; the Python in paged.py stays
  * the reference (KVSIM_PURE_PYTHON=1 selects it, and tests/test_table_loops.py runs both):
  *
@@ -17,6 +18,10 @@
  *       table.num_registered = j + 1 (a block of a request without content, marked unpublished);
  *       otherwise slow(r, upto) (the Python path, called at its place in the order). With unpub
  *       None (not lazy: the allocator enters keys in the map), slow(r, upto) for every request.
+ *
+ *   mark_blocks(block_hash, blocks, j0, full, unpub) -> None
+ *       For each block b of blocks[j0:full] (a slice: clamped to the list), in order: if
+ *       block_hash[b] is None, block_hash[b] = unpub (a new request's prompt blocks, marked).
  *
  * Block ids are bounds-checked: a bad one raises IndexError, never reads memory.
  */
@@ -167,11 +172,44 @@ static PyObject *register_decoded(PyObject *self, PyObject *const *args, Py_ssiz
     Py_RETURN_NONE;
 }
 
+static PyObject *mark_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "mark_blocks(block_hash: list, blocks: list, j0, full, unpub)");
+        return NULL;
+    }
+    PyObject *bh = args[0], *blocks = args[1], *unpub = args[4];
+    Py_ssize_t j0 = PyLong_AsSsize_t(args[2]), full = PyLong_AsSsize_t(args[3]);
+    if ((j0 == -1 || full == -1) && PyErr_Occurred()) return NULL;
+    Py_ssize_t len = PyList_GET_SIZE(blocks);
+    if (j0 < 0 || full < 0) {
+        PyErr_SetString(PyExc_ValueError, "mark_blocks: j0 and full must not be negative");
+        return NULL;
+    }
+    if (full > len) full = len;
+    for (Py_ssize_t j = j0; j < full; j++) {
+        long b;
+        if (as_long(PyList_GET_ITEM(blocks, j), &b) < 0) return NULL;
+        if (b < 0 || b >= PyList_GET_SIZE(bh)) {
+            PyErr_Format(PyExc_IndexError, "block id %ld out of range", b);
+            return NULL;
+        }
+        PyObject *old = PyList_GET_ITEM(bh, b);
+        if (old == Py_None) {
+            Py_INCREF(unpub);
+            PyList_SET_ITEM(bh, b, unpub);
+            Py_DECREF(old);
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"append_each", (PyCFunction)(void (*)(void))append_each, METH_FASTCALL,
      "Append blocks[i] to reqs[i].kv.blocks (see the module source)."},
     {"register_decoded", (PyCFunction)(void (*)(void))register_decoded, METH_FASTCALL,
      "Mark the blocks decoders filled, or call slow(r, upto) (see the module source)."},
+    {"mark_blocks", (PyCFunction)(void (*)(void))mark_blocks, METH_FASTCALL,
+     "Mark the unhashed blocks of blocks[j0:full] (see the module source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -63,6 +63,7 @@ class PagedAllocator(KvCacheManager):
         self._append_each: Callable[[list[Request], list[int]], None] | None = \
             getattr(TABLE_LOOPS, "append_each", None)
         self._register_decoded: Callable[..., None] | None = getattr(TABLE_LOOPS, "register_decoded", None)
+        self._mark_blocks: Callable[..., None] | None = getattr(TABLE_LOOPS, "mark_blocks", None)
 
     def connect(self, connector: KvConnector) -> None:
         self.lazy_unique = False  # the connector keys what it stores by the map's keys
@@ -161,6 +162,9 @@ class PagedAllocator(KvCacheManager):
             return
         table.num_registered = full
         if req.content is None and self.lazy_unique:  # hits keep their keys; new blocks wait
+            if self._mark_blocks is not None:  # the loop below, compiled
+                self._mark_blocks(self.pool.block_hash, table.blocks, j0, full, UNPUBLISHED)
+                return
             bh, unpub = self.pool.block_hash, UNPUBLISHED
             for b in table.blocks[j0:full]:
                 if bh[b] is None:

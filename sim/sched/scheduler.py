@@ -263,11 +263,25 @@ class Scheduler:
         if not done:
             return
         finished_kv = self.kv.free if self.kv.connector is None else self.transfers.finished
+        running, gone = self.running, 0  # gone: finished requests in running (status RUNNING until now)
         for r in done:
             if r.status is not Status.RUNNING:
                 self.preemption.forget(self, r)
+            else:
+                gone += 1
             finished_kv(r)
             r.status = Status.FINISHED
             r.finish_s, r.finish_step = end, step
         finished = Status.FINISHED
-        self.running[:] = [r for r in self.running if r.status is not finished]  # in place: callers hold it
+        if gone == 1 and len(done) == 1 and _removed(running, done[0]):
+            return  # the common case: one request leaves (found by identity, in C)
+        running[:] = [r for r in running if r.status is not finished]  # in place: callers hold it
+
+
+def _removed(running: list[Request], r: Request) -> bool:
+    """Take ``r`` out of ``running`` (the first occurrence: it holds each request once)."""
+    try:
+        running.remove(r)  # Request compares by identity (eq=False)
+    except ValueError:
+        return False
+    return True
