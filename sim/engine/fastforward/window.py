@@ -231,15 +231,18 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s + extra, nw)
         # ---- launch step s1 at t: batch, duration, tokens computed and sampled ----
         ctx = c0_sum + decoders * s1
-        if plan is None:
+        if plan is None:  # decodes only: timed as a quiet step is (== step_cost of the batch, bit for bit)
             batch = new_batch((0, 0, 0.0, 0, decoders, ctx, pages, page, 0, 0, bb))
+            if dec_n != decoders:
+                dec_time, dec_n = k.decode_time(decoders), decoders
+            dt = dec_time(ctx, pages)
         else:
             a = k.batch(plan)
             batch = new_batch((a.prefill_tokens, a.num_prefill_seqs, a.prefill_attn_pairs,
                                a.prefill_context_tokens, decoders + a.num_decode_seqs,
                                ctx + a.decode_context_tokens, pages + a.pages_touched,
                                page, 0, a.swap_in_blocks, bb))  # swap-in: CPU offload loads
-        dt = step_cost(batch)
+            dt = step_cost(batch)
         end = t + dt
         if not lag and end >= na:  # sync: the router reads this step mid-flight
             if not pausable:  # the exact loop runs it
