@@ -33,9 +33,9 @@ def compiled_switches() -> list[tuple[str, Any, str]]:
     holds it (None where it was not built or ``KVSIM_PURE_PYTHON`` is set)."""
     from sim.engine.fastforward import run_layout
     from sim.io import records, step_fold
-    from sim.kv import block_pool, paged
+    from sim.kv import block_pool, paged_prefix
 
-    return [("pool", block_pool, "LOOPS"), ("tables", paged, "TABLE_LOOPS"), ("records", records, "FILL"),
+    return [("pool", block_pool, "LOOPS"), ("tables", paged_prefix, "TABLE_LOOPS"), ("records", records, "FILL"),
             ("step_fold", step_fold, "COMPILED"), ("run_layout", run_layout, "COMPILED")]
 
 

@@ -53,7 +53,7 @@ def pool_loops(which: str) -> ModuleType | None:
 
 
 def table_loops(which: str) -> ModuleType | None:
-    """``paged.TABLE_LOOPS`` for ``which``, as :func:`pool_loops`."""
+    """``paged_prefix.TABLE_LOOPS`` for ``which``, as :func:`pool_loops`."""
     if which == "python":
         return None
     try:

@@ -82,3 +82,41 @@ def test_a_pool_with_compiled_loops_copies_and_pickles(monkeypatch: pytest.Monke
         assert other.free_queue.to_list() == pool.free_queue.to_list()
         assert other.get_new_blocks(4) == front
         other.check()
+
+
+def test_a_map_that_logs_its_deletes_sees_every_eviction_with_compiled_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KV events (a stale precise router view) keep the pool's map as a dict subclass that logs
+    stores and deletes; C's dict calls would bypass it, so such a map takes the Python loop."""
+    from sim.cluster.events import _EventedCache
+
+    logs = []
+    for which in ("compiled", "python"):
+        monkeypatch.setattr(block_pool, "LOOPS", pool_loops(which))
+        pool, events = BlockPool(8), []
+        pool.cache = _EventedCache({}, events.append, lambda: 0.0)
+        got = pool.get_new_blocks(3)
+        for j, b in enumerate(got):
+            pool.cache_block(b, 100 + j)
+        pool.release(got)
+        pool.get_new_blocks(7)  # every free block: the three hashed ones are evicted
+        pool.check()
+        logs.append(events)
+    assert logs[0] == logs[1]
+    assert [stored for _, _, stored in logs[0]].count(False) == 3
+
+
+def test_a_stale_kv_aware_router_routes_the_same_with_compiled_and_python_loops(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fleet-level consequence: the stale view reads the logged evictions."""
+    from sim.cluster.replay import replay_fleet
+    from sim.kv import paged_prefix
+    from tests.helpers import table_loops
+
+    cfg = make_config(max_model_len=8192, num_gpu_blocks=1500)
+    out = []
+    for which in ("compiled", "python"):
+        monkeypatch.setattr(block_pool, "LOOPS", pool_loops(which))
+        monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
+        out.append(replay_fleet([cfg] * 2, mooncake_slice(), "kv-aware:delay=0.5"))
+    pd.testing.assert_frame_equal(out[0].requests, out[1].requests, check_exact=True)
+    assert min(out[0].evictions) > 0, "no eviction: the stale view had nothing to miss"

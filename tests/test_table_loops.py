@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from sim.config import make_config
-from sim.kv import paged
+from sim.kv import paged_prefix
 from sim.kv.block_pool import UNPUBLISHED
 from sim.kv.paged import PagedAllocator
 from sim.run.simulate import simulate
@@ -26,7 +26,7 @@ from workloads import load_trace
 
 
 def run_with(monkeypatch: pytest.MonkeyPatch, which: str, trace: Any, **cfg: Any) -> Any:
-    monkeypatch.setattr(paged, "TABLE_LOOPS", table_loops(which))
+    monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
     return freed_tables(lambda: simulate(make_config(**cfg), trace, check=True))
 
 
@@ -66,7 +66,7 @@ def test_register_decoded_blocks_leaves_the_same_pool_with_either_loop(
         monkeypatch: pytest.MonkeyPatch, lazy: bool, ahead: int) -> None:
     states = []
     for which in ("compiled", "python"):
-        monkeypatch.setattr(paged, "TABLE_LOOPS", table_loops(which))
+        monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
         kv, reqs = allocator_with_decoders(which, lazy)
         assert (kv._register_decoded is not None) == (which == "compiled")
         kv.register_decoded_blocks(reqs, ahead)
@@ -83,7 +83,7 @@ def test_a_new_prompt_marks_the_same_blocks_with_either_loop(monkeypatch: pytest
     """Admissions mark their prompt's full blocks unpublished (a hit's blocks keep their keys)."""
     states = []
     for which in ("compiled", "python"):
-        monkeypatch.setattr(paged, "TABLE_LOOPS", table_loops(which))
+        monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
         kv, reqs = allocator_with_decoders(which, True)
         kv.free(reqs[1])  # finished: its blocks go to the free queue, marked, so a pop evicts them
         late = req(20, 30)
@@ -95,7 +95,7 @@ def test_a_new_prompt_marks_the_same_blocks_with_either_loop(monkeypatch: pytest
 
 
 def test_the_compiled_loops_refuse_what_python_would_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(paged, "TABLE_LOOPS", table_loops("compiled"))
+    monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops("compiled"))
     kv, reqs = allocator_with_decoders("compiled", True)
     loops = table_loops("compiled")
     with pytest.raises(ValueError, match="one block for each request"):
@@ -111,7 +111,7 @@ def test_the_compiled_loops_refuse_what_python_would_not_read(monkeypatch: pytes
 
 
 def test_an_allocator_with_compiled_loops_copies_and_pickles(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(paged, "TABLE_LOOPS", table_loops("compiled"))
+    monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops("compiled"))
     kv, _ = allocator_with_decoders("compiled", True)
     for other in (copy.deepcopy(kv), pickle.loads(pickle.dumps(kv))):
         assert None not in (other._append_each, other._register_decoded, other._mark_blocks)

@@ -11,13 +11,19 @@
  *       Unlink the first n blocks after `head` (the free queue's front), set their ref count to 1,
  *       and evict a hash a block still carries: bh[b] = None, and del cache[key] unless the key
  *       is `unpub` (UNPUBLISHED, compared by identity as in Python). Only for a pool with no
- *       duplicate keys (the caller checks), where a hashed block is its key's entry.
+ *       duplicate keys (the caller checks), where a hashed block is its key's entry, and a plain
+ *       dict for a map (a subclass that logs its deletes, KV events, takes the Python loop).
  *
  *   release(table, ref, bh, nxt, prv, head, end, reverse, split) -> (shared, n_freed)
  *       Drop one reference on each block of `table` (last block first when `reverse`). A block
  *       still referenced counts in `shared`; one without a hash goes to the front when `split`
  *       (after `head`, in the order met, as FreeQueue.prepend_n); every other block is linked at
  *       the tail, before `end`. `n_freed` blocks joined the queue.
+ *
+ *   touch(blocks, ref, nxt, prv) -> (unlinked, shared)
+ *       Take one more reference on each block, in order: a block with ref count 0 is unlinked
+ *       from the free queue (FreeQueue.remove: its neighbours joined), one already referenced
+ *       counts in `shared`. The caller adjusts the queue's size and the shared excess.
  *
  * Every index is bounds-checked: a bad block id raises IndexError, never reads memory.
  */
@@ -61,8 +67,8 @@ static PyObject *pop_front(PyObject *self, PyObject *const *args, Py_ssize_t nar
     PyObject *cache = args[5], *unpub = args[7];
     PyObject *lists[4] = {nxt, prv, ref, bh};
     if (!all_lists(lists, 4)) return NULL;
-    if (!PyDict_Check(cache)) {
-        PyErr_SetString(PyExc_TypeError, "pop_front: cache must be a dict");
+    if (!PyDict_CheckExact(cache)) {  /* a subclass (KV events) logs its deletes: the Python loop */
+        PyErr_SetString(PyExc_TypeError, "pop_front: cache must be a plain dict");
         return NULL;
     }
     Py_ssize_t n = PyLong_AsSsize_t(args[6]);
@@ -182,11 +188,60 @@ fail:
     return NULL;
 }
 
+static PyObject *touch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "touch takes 4 arguments");
+        return NULL;
+    }
+    PyObject *ref = args[1], *nxt = args[2], *prv = args[3];
+    PyObject *lists[3] = {ref, nxt, prv};
+    if (!all_lists(lists, 3)) return NULL;
+    PyObject *blocks = PySequence_Fast(args[0], "touch: blocks must be a sequence");
+    if (blocks == NULL) return NULL;
+    Py_ssize_t unlinked = 0, shared = 0, len = PySequence_Fast_GET_SIZE(blocks);
+    PyObject **items = PySequence_Fast_ITEMS(blocks);
+    for (Py_ssize_t k = 0; k < len; k++) {
+        PyObject *b = items[k];
+        Py_ssize_t bi, pi, ni;
+        if (get_index(ref, b, &bi) < 0 || get_index(nxt, b, &bi) < 0) goto fail;
+        long r = PyLong_AsLong(PyList_GET_ITEM(ref, bi));
+        if (r == -1 && PyErr_Occurred()) goto fail;
+        if (r == 0) {
+            PyObject *p = PyList_GET_ITEM(prv, bi), *n = PyList_GET_ITEM(nxt, bi);
+            Py_INCREF(p);  /* held: the first link below may drop the lists' references */
+            Py_INCREF(n);
+            int bad = get_index(nxt, p, &pi) < 0 || get_index(prv, n, &ni) < 0;
+            if (!bad) {
+                set_item(nxt, pi, n);
+                set_item(prv, ni, p);
+            }
+            Py_DECREF(p);
+            Py_DECREF(n);
+            if (bad) goto fail;
+            unlinked++;
+        } else {
+            shared++;
+        }
+        PyObject *rv = PyLong_FromLong(r + 1);
+        if (rv == NULL) goto fail;
+        PyObject *old = PyList_GET_ITEM(ref, bi);
+        PyList_SET_ITEM(ref, bi, rv);
+        Py_DECREF(old);
+    }
+    Py_DECREF(blocks);
+    return Py_BuildValue("(nn)", unlinked, shared);
+fail:
+    Py_DECREF(blocks);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"pop_front", (PyCFunction)(void (*)(void))pop_front, METH_FASTCALL,
      "Unlink n blocks from the free queue's front (see the module source)."},
     {"release", (PyCFunction)(void (*)(void))release, METH_FASTCALL,
      "Drop one reference on each block of a table (see the module source)."},
+    {"touch", (PyCFunction)(void (*)(void))touch, METH_FASTCALL,
+     "Take one more reference on each block, unlinking free ones (see the module source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,6 +23,17 @@
  *       For each block b of blocks[j0:full] (a slice: clamped to the list), in order: if
  *       block_hash[b] is None, block_hash[b] = unpub (a new request's prompt blocks, marked).
  *
+ *   lookup_unique(cache, u0, n) -> list
+ *       cache[u0 - j] for j = 0, 1, ... while the key is in the map, at most n: a request
+ *       without content probing its own blocks from before a preemption (get_computed_blocks).
+ *
+ *   publish(block_hash, cache, dups, blocks, n, u0, unpub) -> None
+ *       For j < n (and within blocks), in order: a block b = blocks[j] whose hash is unpub
+ *       enters the map under u0 - j (BlockPool.cache_block: a second block under a key waits
+ *       in dups[key]). A preempted request's marked blocks, published for its probe.
+ *
+ * The maps must be plain dicts: a subclass may log what enters or leaves it (KV events), which
+ * C's dict calls would not; the allocator takes its Python loops for those.
  * Block ids are bounds-checked: a bad one raises IndexError, never reads memory.
  */
 #define PY_SSIZE_T_CLEAN
@@ -203,6 +214,88 @@ static PyObject *mark_blocks(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
+static PyObject *lookup_unique(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyDict_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "lookup_unique(cache: dict (not a subclass), u0, n)");
+        return NULL;
+    }
+    PyObject *cache = args[0];
+    long long u0 = PyLong_AsLongLong(args[1]);
+    if (u0 == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(args[2]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    PyObject *hits = PyList_New(0);
+    if (hits == NULL) return NULL;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *key = PyLong_FromLongLong(u0 - (long long)j);
+        if (key == NULL) goto fail;
+        PyObject *b = PyDict_GetItemWithError(cache, key);  /* borrowed */
+        Py_DECREF(key);
+        if (b == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            break;
+        }
+        if (PyList_Append(hits, b) < 0) goto fail;
+    }
+    return hits;
+fail:
+    Py_DECREF(hits);
+    return NULL;
+}
+
+static PyObject *publish(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyList_Check(args[0]) || !PyDict_CheckExact(args[1]) || !PyDict_CheckExact(args[2])
+        || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "publish(block_hash: list, cache: dict, dups: dict, blocks: list, n, u0, "
+                                         "unpub): plain dicts, not subclasses");
+        return NULL;
+    }
+    PyObject *bh = args[0], *cache = args[1], *dups = args[2], *blocks = args[3], *unpub = args[6];
+    Py_ssize_t n = PyLong_AsSsize_t(args[4]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    long long u0 = PyLong_AsLongLong(args[5]);
+    if (u0 == -1 && PyErr_Occurred()) return NULL;
+    if (n > PyList_GET_SIZE(blocks)) n = PyList_GET_SIZE(blocks);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *bo = PyList_GET_ITEM(blocks, j);
+        long b;
+        if (as_long(bo, &b) < 0) return NULL;
+        if (b < 0 || b >= PyList_GET_SIZE(bh)) {
+            PyErr_Format(PyExc_IndexError, "block id %ld out of range", b);
+            return NULL;
+        }
+        if (PyList_GET_ITEM(bh, b) != unpub) continue;
+        PyObject *key = PyLong_FromLongLong(u0 - (long long)j);
+        if (key == NULL) return NULL;
+        PyObject *old = PyList_GET_ITEM(bh, b);
+        PyList_SET_ITEM(bh, b, key);  /* the list takes this reference */
+        Py_DECREF(old);
+        int has = PyDict_Contains(cache, key);
+        int rc;
+        if (has < 0) return NULL;
+        if (has) {  /* dups.setdefault(key, []).append(b) */
+            PyObject *more = PyDict_GetItemWithError(dups, key);
+            if (more == NULL) {
+                if (PyErr_Occurred()) return NULL;
+                more = PyList_New(0);
+                if (more == NULL) return NULL;
+                rc = PyDict_SetItem(dups, key, more);
+                Py_DECREF(more);  /* dups holds it */
+                if (rc < 0) return NULL;
+            }
+            if (!PyList_Check(more)) {
+                PyErr_SetString(PyExc_TypeError, "publish: dups values must be lists");
+                return NULL;
+            }
+            rc = PyList_Append(more, bo);
+        } else {
+            rc = PyDict_SetItem(cache, key, bo);
+        }
+        if (rc < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"append_each", (PyCFunction)(void (*)(void))append_each, METH_FASTCALL,
      "Append blocks[i] to reqs[i].kv.blocks (see the module source)."},
@@ -210,6 +303,10 @@ static PyMethodDef methods[] = {
      "Mark the blocks decoders filled, or call slow(r, upto) (see the module source)."},
     {"mark_blocks", (PyCFunction)(void (*)(void))mark_blocks, METH_FASTCALL,
      "Mark the unhashed blocks of blocks[j0:full] (see the module source)."},
+    {"lookup_unique", (PyCFunction)(void (*)(void))lookup_unique, METH_FASTCALL,
+     "A request's own blocks in the map under u0, u0 - 1, ... (see the module source)."},
+    {"publish", (PyCFunction)(void (*)(void))publish, METH_FASTCALL,
+     "Enter a request's marked blocks in the map (see the module source)."},
     {NULL, NULL, 0, NULL},
 };
 

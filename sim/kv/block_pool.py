@@ -18,7 +18,7 @@ such a block ``UNPUBLISHED`` in ``block_hash`` instead of entering it in the map
 (:meth:`BlockPool.cache_block`) when its request is freed before it finishes. It counts as
 hashed everywhere (free order, evictions); a request that finishes never pays for the map.
 
-Compiled loops: :meth:`BlockPool.get_new_blocks` and :meth:`BlockPool.release` walk their blocks
+Compiled loops: :meth:`BlockPool.get_new_blocks`, :meth:`BlockPool.release` and :meth:`BlockPool.touch` walk their blocks
 in ``sim/kv/_pool_loops.c`` when that extension was built (``pip install`` builds it when a C
 compiler is there; it is optional). It does what the Python loops below do, on the same lists,
 block for block; those loops stay the reference, and ``KVSIM_PURE_PYTHON=1`` selects them.
@@ -80,6 +80,7 @@ class BlockPool:
         # the compiled loops as plain functions (copied and pickled by name, unlike a module)
         self._pop_front: Callable[..., tuple[list[int], int]] | None = getattr(LOOPS, "pop_front", None)
         self._release: Callable[..., tuple[int, int]] | None = getattr(LOOPS, "release", None)
+        self._touch: Callable[..., tuple[int, int]] | None = getattr(LOOPS, "touch", None)
         self.free_queue = FreeQueue(num_blocks, range(1 if null_block else 0, num_blocks))
 
     # ---- prefix-cache map ---------------------------------------------------------------------
@@ -126,7 +127,8 @@ class BlockPool:
         fq = self.free_queue
         nxt, head = fq._next, fq._head
         ref, bh, cache, dups = self.ref, self.block_hash, self.cache, self.dups
-        if self._pop_front is not None and not dups:  # the loop below, compiled
+        if self._pop_front is not None and not dups and type(cache) is dict:  # the loop below, compiled
+            # (a map that logs its deletes, KV events, is a dict subclass: the loop below calls it)
             popped, evicted = self._pop_front(nxt, fq._prev, head, ref, bh, cache, n, UNPUBLISHED)
             fq.size -= n
             self.evictions += evicted
@@ -180,6 +182,11 @@ class BlockPool:
     def touch(self, blocks: Iterable[int]) -> None:
         """Take one more reference on each block (a hit on a free block unlinks it)."""
         ref, fq = self.ref, self.free_queue
+        if self._touch is not None:  # the loop below, compiled
+            unlinked, shared = self._touch(blocks, ref, fq._next, fq._prev)
+            fq.size -= unlinked
+            self.shared_excess += shared
+            return
         for b in blocks:
             if ref[b] == 0:
                 fq.remove(b)

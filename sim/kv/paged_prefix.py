@@ -1,0 +1,180 @@
+"""The paged allocator's prefix cache: which of a request's blocks enter the map, and when.
+
+A full block is registered when the tokens that fill it are scheduled: a block of shared prompt
+content under its content key (:class:`~sim.kv.hashing.BlockHasher`), any other under the
+request's arithmetic unique key ``unique_key(uid, j)``. A request without content only marks
+its blocks (``UNPUBLISHED``: :mod:`sim.kv.block_pool`) and publishes them if it is freed before
+it finishes (a preemption), so that its own probe finds them when it comes back::
+
+    admitted     blocks  [ 7 | 3 | 12 | 5 ]     block_hash  U  U  U  None   (U: marked; 5 partial)
+    preempted    map     {u0: 7, u0-1: 3, u0-2: 12}                        (published, in table order)
+    re-admitted  probe   u0, u0-1, u0-2 -> hits [7, 3, 12]                  (if none was evicted)
+
+The per-block and per-request loops here have compiled twins in ``sim/kv/_table_loops.c``
+(optional; the Python stays the reference and ``KVSIM_PURE_PYTHON=1`` selects it). They work
+on plain dicts only: a map that logs what enters or leaves it (KV events) takes the Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sim.compiled import compiled
+from sim.kv.block_pool import UNPUBLISHED, BlockPool
+from sim.kv.block_table import BlockTable, table_of
+from sim.kv.hashing import UNIQUE_BASE, BlockHasher, shared_prefix_blocks, unique_key
+from sim.request import Request
+
+TABLE_LOOPS = compiled("sim.kv._table_loops")  # read by each new allocator (tests set it to compare both)
+
+
+class PrefixRegistration:
+    """Prefix-cache registration for :class:`~sim.kv.paged.PagedAllocator` (a mixin: it reads
+    the allocator's pool, block size, hasher and ``lazy_unique``)."""
+
+    pool: BlockPool
+    block_size: int
+    enable_caching: bool
+    hasher: BlockHasher
+    lazy_unique: bool
+
+    def _bind_table_loops(self) -> None:
+        """Hold the compiled loops as plain functions (copied and pickled by name), or None."""
+        self._append_each: Callable[[list[Request], list[int]], None] | None = \
+            getattr(TABLE_LOOPS, "append_each", None)
+        self._register_decoded: Callable[..., None] | None = getattr(TABLE_LOOPS, "register_decoded", None)
+        self._mark_blocks: Callable[..., None] | None = getattr(TABLE_LOOPS, "mark_blocks", None)
+        self._lookup_unique: Callable[..., list[int]] | None = getattr(TABLE_LOOPS, "lookup_unique", None)
+        self._publish_marked: Callable[..., None] | None = getattr(TABLE_LOOPS, "publish", None)
+
+    def get_computed_blocks(self, req: Request) -> list[int]:
+        """Longest cached prefix, capped at ``num_tokens - 1`` and counted in whole blocks."""
+        if not self.enable_caching:
+            return []
+        hits: list[int] = []
+        cache = self.pool.cache
+        n = (req.num_tokens - 1) // self.block_size
+        if req.content is None:  # every key is arithmetic: unique_key(uid, j) == u0 - j
+            u0 = unique_key(req.uid, 0)
+            if self._lookup_unique is not None and type(cache) is dict:  # the loop below, compiled
+                return self._lookup_unique(cache, u0, n)
+            for j in range(n):
+                b = cache.get(u0 - j)
+                if b is None:
+                    break
+                hits.append(b)
+            return hits
+        table, key = table_of(req), self.hasher.key
+        for j in range(n):
+            b = cache.get(key(req, table, j))
+            if b is None:
+                break
+            hits.append(b)
+        return hits
+
+    def register_decoded_blocks(self, reqs: list[Request], ahead: int) -> None:
+        """:meth:`register_full_blocks` up to ``num_computed_tokens + ahead`` for each request
+        (fast-forward: decoders whose last block fills this step; one call per step)."""
+        if self._register_decoded is not None:  # the loop below, compiled
+            self._register_decoded(reqs, ahead, self.block_size, self.pool.block_hash,
+                                   UNPUBLISHED if self.lazy_unique else None, self._register_decoded_one)
+            return
+        bh = self.pool.block_hash
+        B, lazy = self.block_size, self.lazy_unique
+        for r in reqs:
+            upto = r.num_computed_tokens + ahead
+            table = r.kv
+            j = table.num_registered
+            if lazy and r.content is None and upto // B == j + 1 and bh[table.blocks[j]] is None:
+                bh[table.blocks[j]] = UNPUBLISHED  # one unique block, marked (register_full_blocks)
+                table.num_registered = j + 1
+            else:
+                self._register_decoded_one(r, upto)
+
+    def _register_decoded_one(self, r: Request, upto: int) -> None:
+        """:meth:`register_decoded_blocks` for one request, unless its block was only marked."""
+        table = r.kv
+        j = table.num_registered
+        bh = self.pool.block_hash
+        if r.content is None and upto // self.block_size == j + 1 and bh[table.blocks[j]] is None:
+            b = table.blocks[j]  # one unique block: == register_full_blocks, inlined
+            if self.lazy_unique:
+                bh[b] = UNPUBLISHED
+            else:
+                cache = self.pool.cache
+                key = bh[b] = -(r.uid * UNIQUE_BASE + j + 1)
+                if key in cache:
+                    self.pool.dups.setdefault(key, []).append(b)
+                else:
+                    cache[key] = b
+            table.num_registered = j + 1
+        else:
+            self.register_full_blocks(r, upto)
+
+    def register_full_blocks(self, req: Request, num_tokens: int) -> None:
+        """Publish the blocks that ``num_tokens`` tokens fill to the prefix cache (schedule time).
+
+        Blocks past the shared prompt content are unique to the request: their key is
+        arithmetic (no hashing, never shared with another request). A request without content
+        only marks its blocks (``lazy_unique``; they enter the map in :meth:`free`).
+        """
+        table = req.kv
+        full = num_tokens // self.block_size
+        j0 = table.num_registered
+        if full <= j0:
+            return
+        table.num_registered = full
+        if req.content is None and self.lazy_unique:  # hits keep their keys; new blocks wait
+            if self._mark_blocks is not None:  # the loop below, compiled
+                self._mark_blocks(self.pool.block_hash, table.blocks, j0, full, UNPUBLISHED)
+                return
+            bh, unpub = self.pool.block_hash, UNPUBLISHED
+            for b in table.blocks[j0:full]:
+                if bh[b] is None:
+                    bh[b] = unpub
+            return
+        if full == j0 + 1 and req.content is None:  # one unique block: the decode hot path
+            b = table.blocks[j0]
+            bh = self.pool.block_hash
+            if bh[b] is None:
+                key = bh[b] = -(req.uid * UNIQUE_BASE + j0 + 1)  # unique_key(uid, j0)
+                cache = self.pool.cache
+                if key in cache:  # the request's own block from before a preemption
+                    self.pool.dups.setdefault(key, []).append(b)
+                else:
+                    cache[key] = b
+            return
+        pool = self.pool
+        blocks, bh, cache = table.blocks, pool.block_hash, pool.cache
+        unique0 = -(req.uid * UNIQUE_BASE + 1)  # unique_key(uid, j) == unique0 - j
+        if not j0 and req.content is None and not req.num_preemptions and type(cache) is dict and not pool.stack:
+            # a first admission without content: fresh blocks (popped ones are evicted, except
+            # paper-v0's stack order), keys this pool has never seen (unique to the request), so
+            # no duplicate and no hit to skip -- in bulk
+            keys = list(range(unique0, unique0 - full, -1))  # one int object per key, shared by the map and block_hash
+            fresh = blocks[:full]
+            cache.update(zip(keys, fresh, strict=True))
+            for b, key in zip(fresh, keys, strict=True):
+                bh[b] = key
+            return
+        shared_upto = shared_prefix_blocks(req, self.block_size)
+        for j in range(j0, full):
+            b = blocks[j]
+            if bh[b] is None:  # == pool.cache_block(b, key), inlined (prompt registration)
+                key = bh[b] = unique0 - j if j >= shared_upto else self.hasher.key(req, table, j)
+                if key in cache:
+                    pool.dups.setdefault(key, []).append(b)
+                else:
+                    cache[key] = b
+
+    def _publish(self, req: Request, table: BlockTable) -> None:
+        """Enter the request's unpublished blocks in the map under their keys, in table order."""
+        bh, cache_block = self.pool.block_hash, self.pool.cache_block
+        u0 = unique_key(req.uid, 0)
+        pool = self.pool
+        if self._publish_marked is not None and type(pool.cache) is dict:  # the loop below, compiled
+            self._publish_marked(bh, pool.cache, pool.dups, table.blocks, table.num_registered, u0, UNPUBLISHED)
+            return
+        for j, b in enumerate(table.blocks[:table.num_registered]):
+            if bh[b] is UNPUBLISHED:
+                cache_block(b, u0 - j)
