@@ -63,6 +63,12 @@ def _engine(r: dict[str, Any]) -> tuple[str, str]:
         fig += (f"; Vidur {v['version']} (bench/vidur_loop.py) {v['loop_s']:.2f} s for {v['batches']:,} batches "
                 f"(mean {v['mean_batch']}) in the same run")
         ratio, how = v["loop_s"] / r["loop_s"], "measured in the same run"
+        if "vidur_rounds" in r:  # --rounds N: Vidur and kvsim in turn, N pairs; the median is the figure
+            pairs = r["vidur_rounds"]
+            fig += (f"; {len(pairs)} rounds in turn, Vidur / kvsim: "
+                    + ", ".join(f"{p['vidur_s']:.1f} / {p['kvsim_s']:.2f} s" for p in pairs))
+            ratio = r["vidur_ratio_median"]
+            how = f"median of {len(pairs)} rounds in the same run: " + ", ".join(f"{p['ratio']:.1f}x" for p in pairs)
     elif "vidur_s_same_session" in r:
         ratio, how = r["vidur_s_same_session"] / r["loop_s"], "Vidur measured in the same session"
     else:

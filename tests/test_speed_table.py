@@ -50,6 +50,31 @@ def test_a_vidur_loop_from_the_same_run_replaces_the_estimate() -> None:
     assert st.render([rec], "x.jsonl").splitlines()[-1].endswith("(measured in the same run) -- met |")
 
 
+def test_rounds_taken_in_turn_judge_the_target_by_their_median_ratio() -> None:
+    st = bench_module("speed_table")
+    rec = engine_record(1.0, "2026-01-02 00:00 UTC")
+    rec["vidur"] = {"version": "0.0.26", "loop_s": 40.0, "batches": 108161, "mean_batch": 37.8}
+    rec["vidur_rounds"] = [{"vidur_s": 40.0, "kvsim_s": 1.0, "ratio": 40.0},
+                           {"vidur_s": 20.0, "kvsim_s": 1.0, "ratio": 20.0},
+                           {"vidur_s": 25.0, "kvsim_s": 1.0, "ratio": 25.0}]
+    rec["vidur_ratio_median"] = 25.0
+    row = next(line for line in st.render([rec], "x.jsonl").splitlines() if line.startswith("| bench_engine"))
+    assert "about 25x (median of 3 rounds in the same run: 40.0x, 20.0x, 25.0x) -- not met" in row
+    assert "3 rounds in turn, Vidur / kvsim: 40.0 / 1.00 s, 20.0 / 1.00 s, 25.0 / 1.00 s" in row
+
+
+def test_bench_engine_refuses_fewer_than_one_round_and_a_partial_trace_against_vidur() -> None:
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "bench/bench_engine.py", "--rounds", "0"], capture_output=True, text=True,
+                       cwd=REPO)
+    assert p.returncode == 2 and "--rounds must be at least 1, not 0" in p.stderr
+    p = subprocess.run([sys.executable, "bench/bench_engine.py", "--limit", "50", "--vidur-python", "py"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 2 and "--limit with --vidur-python" in p.stderr
+
+
 def test_vidur_loop_rewrites_the_conv_trace_in_vidurs_replay_format(tmp_path: Path) -> None:
     vl = bench_module("vidur_loop")
     conv = tmp_path / "conv.csv"
