@@ -8,6 +8,7 @@
 - :func:`pool_loops`                    the block pool's per-block loops: pure Python or compiled
 - :func:`table_loops`                   the paged allocator's per-request loops: pure Python or compiled
 - :func:`require_built`                 skip, with the reason, where a compiled loop is not in use
+- :func:`same_either_way`               a simulation with a compiled loop and with its Python: identical
 - :func:`a_run`                         a laid-out run of quiet steps (random times and pops)
 """
 
@@ -61,6 +62,25 @@ def table_loops(which: str) -> ModuleType | None:
     except ImportError:
         require_built(None, "sim/kv/_table_loops.c")
     return _table_loops
+
+
+def same_either_way(monkeypatch: pytest.MonkeyPatch, switch: tuple[ModuleType, str],
+                    loops: Callable[[str], ModuleType | None], trace: Any, **cfg: Any) -> tuple[Any, list[Any]]:
+    """Simulate ``trace`` with the compiled loops (``loops("compiled")`` set as ``switch``, a
+    module and its attribute) and with the Python ones: the requests, the steps and the tables
+    freed must be identical. Returns the compiled run and its freed tables."""
+    from sim.config import make_config
+    from sim.run.simulate import simulate
+
+    runs = []
+    for which in ("compiled", "python"):
+        monkeypatch.setattr(*switch, loops(which))
+        runs.append(freed_tables(lambda: simulate(make_config(**cfg), trace, check=True)))
+    (compiled, c_tables), (python, p_tables) = runs
+    pd.testing.assert_frame_equal(compiled.requests, python.requests, check_exact=True)
+    pd.testing.assert_frame_equal(compiled.steps, python.steps, check_exact=True)
+    assert c_tables == p_tables, "the same requests freed other blocks"
+    return compiled, c_tables
 
 
 def require_built(loop: object, source: str) -> None:

@@ -19,7 +19,7 @@ from sim.config import make_config
 from sim.kv import block_pool
 from sim.kv.block_pool import BlockPool
 from sim.run.simulate import simulate
-from tests.helpers import BUNDLED, freed_tables, mooncake_slice, pool_loops
+from tests.helpers import BUNDLED, freed_tables, mooncake_slice, pool_loops, same_either_way
 from workloads import load_trace
 
 
@@ -40,13 +40,8 @@ def run_with(monkeypatch: pytest.MonkeyPatch, which: str, trace: Any, **cfg: Any
 ], ids=["conv-preempting", "mooncake-prefix", "mooncake-exact", "no-caching"])
 def test_a_simulation_is_the_same_with_compiled_and_python_loops(
         monkeypatch: pytest.MonkeyPatch, trace: Any, cfg: dict[str, Any]) -> None:
-    tr = trace()
-    compiled, c_tables = run_with(monkeypatch, "compiled", tr, **cfg)
-    python, p_tables = run_with(monkeypatch, "python", tr, **cfg)
-    pd.testing.assert_frame_equal(compiled.requests, python.requests, check_exact=True)
-    pd.testing.assert_frame_equal(compiled.steps, python.steps, check_exact=True)
-    assert c_tables == p_tables, "the same requests freed other blocks"
-    assert len(c_tables) > 0
+    _, tables = same_either_way(monkeypatch, (block_pool, "LOOPS"), pool_loops, trace(), **cfg)
+    assert len(tables) > 0
 
 
 def test_the_workloads_above_reach_the_branches_they_are_named_for(monkeypatch: pytest.MonkeyPatch) -> None:

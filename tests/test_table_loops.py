@@ -13,21 +13,13 @@ import copy
 import pickle
 from typing import Any
 
-import pandas as pd
 import pytest
 
-from sim.config import make_config
 from sim.kv import paged_prefix
 from sim.kv.block_pool import UNPUBLISHED
 from sim.kv.paged import PagedAllocator
-from sim.run.simulate import simulate
-from tests.helpers import BUNDLED, freed_tables, mooncake_slice, req, table_loops
+from tests.helpers import BUNDLED, mooncake_slice, req, same_either_way, table_loops
 from workloads import load_trace
-
-
-def run_with(monkeypatch: pytest.MonkeyPatch, which: str, trace: Any, **cfg: Any) -> Any:
-    monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
-    return freed_tables(lambda: simulate(make_config(**cfg), trace, check=True))
 
 
 @pytest.mark.parametrize(("trace", "cfg"), [
@@ -39,12 +31,7 @@ def run_with(monkeypatch: pytest.MonkeyPatch, which: str, trace: Any, **cfg: Any
 ], ids=["conv-async", "conv-sync", "conv-keys-not-marks", "mooncake-prefix", "no-caching"])
 def test_a_simulation_is_the_same_with_compiled_and_python_table_loops(
         monkeypatch: pytest.MonkeyPatch, trace: Any, cfg: dict[str, Any]) -> None:
-    tr = trace()
-    compiled, c_tables = run_with(monkeypatch, "compiled", tr, **cfg)
-    python, p_tables = run_with(monkeypatch, "python", tr, **cfg)
-    pd.testing.assert_frame_equal(compiled.requests, python.requests, check_exact=True)
-    pd.testing.assert_frame_equal(compiled.steps, python.steps, check_exact=True)
-    assert c_tables == p_tables, "the same requests freed other blocks"
+    compiled, _ = same_either_way(monkeypatch, (paged_prefix, "TABLE_LOOPS"), table_loops, trace(), **cfg)
     assert compiled.summary.fast_forward_steps > 0, "no window ran: the loops were not reached"
 
 
