@@ -81,7 +81,8 @@ def test_a_pool_with_compiled_loops_copies_and_pickles(monkeypatch: pytest.Monke
 
 def test_a_map_that_logs_its_deletes_sees_every_eviction_with_compiled_loops(monkeypatch: pytest.MonkeyPatch) -> None:
     """KV events (a stale precise router view) keep the pool's map as a dict subclass that logs
-    stores and deletes; C's dict calls would bypass it, so such a map takes the Python loop."""
+    stores and deletes; the compiled pops delete through its own ``del``, as Python does (C's
+    plain dict calls would bypass it)."""
     from sim.cluster.events import _EventedCache
 
     logs = []

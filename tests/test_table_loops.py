@@ -81,6 +81,25 @@ def test_a_new_prompt_marks_the_same_blocks_with_either_loop(monkeypatch: pytest
     assert states[0][1] == 7 and states[0][0].count(UNPUBLISHED) >= 7
 
 
+def test_a_map_that_logs_what_enters_and_leaves_sees_the_same_with_either_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A preempted request's publish and its probe on a map that logs (KV events): the
+    compiled loops go through the map's own protocol, so the log is Python's."""
+    from sim.cluster.events import _EventedCache
+
+    seen = []
+    for which in ("compiled", "python"):
+        monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
+        kv, reqs = allocator_with_decoders(which, True)
+        events: list[Any] = []
+        kv.pool.cache = _EventedCache({}, events.append, lambda: 0.0)
+        kv.free(reqs[2])  # not finished: a preemption, its marked blocks published
+        hits = kv.get_computed_blocks(reqs[2])
+        seen.append((events, hits, dict(kv.pool.cache)))
+    assert seen[0] == seen[1]
+    assert len(seen[0][0]) == 2 and len(seen[0][1]) == 2, "two blocks published (stored, logged) and hit"
+
+
 def test_the_compiled_loops_refuse_what_python_would_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops("compiled"))
     kv, reqs = allocator_with_decoders("compiled", True)

@@ -11,8 +11,9 @@
  *       Unlink the first n blocks after `head` (the free queue's front), set their ref count to 1,
  *       and evict a hash a block still carries: bh[b] = None, and del cache[key] unless the key
  *       is `unpub` (UNPUBLISHED, compared by identity as in Python). Only for a pool with no
- *       duplicate keys (the caller checks), where a hashed block is its key's entry, and a plain
- *       dict for a map (a subclass that logs its deletes, KV events, takes the Python loop).
+ *       duplicate keys (the caller checks), where a hashed block is its key's entry. The key is
+ *       deleted through the map's own `del` (PyObject_DelItem), as Python's `del cache[key]`:
+ *       a dict subclass that logs its deletes (KV events) sees every eviction.
  *
  *   release(table, ref, bh, nxt, prv, head, end, reverse, split) -> (shared, n_freed)
  *       Drop one reference on each block of `table` (last block first when `reverse`). A block
@@ -67,8 +68,8 @@ static PyObject *pop_front(PyObject *self, PyObject *const *args, Py_ssize_t nar
     PyObject *cache = args[5], *unpub = args[7];
     PyObject *lists[4] = {nxt, prv, ref, bh};
     if (!all_lists(lists, 4)) return NULL;
-    if (!PyDict_CheckExact(cache)) {  /* a subclass (KV events) logs its deletes: the Python loop */
-        PyErr_SetString(PyExc_TypeError, "pop_front: cache must be a plain dict");
+    if (!PyDict_Check(cache)) {
+        PyErr_SetString(PyExc_TypeError, "pop_front: cache must be a dict");
         return NULL;
     }
     Py_ssize_t n = PyLong_AsSsize_t(args[6]);
@@ -88,7 +89,7 @@ static PyObject *pop_front(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyList_SET_ITEM(out, i, b);
         PyObject *key = PyList_GET_ITEM(bh, bi);
         if (key != Py_None) {
-            if (key != unpub && PyDict_DelItem(cache, key) < 0) goto fail;
+            if (key != unpub && PyObject_DelItem(cache, key) < 0) goto fail;  /* its __delitem__ */
             set_item(bh, bi, Py_None);
             evicted++;
         }

@@ -32,8 +32,9 @@
  *       enters the map under u0 - j (BlockPool.cache_block: a second block under a key waits
  *       in dups[key]). A preempted request's marked blocks, published for its probe.
  *
- * The maps must be plain dicts: a subclass may log what enters or leaves it (KV events), which
- * C's dict calls would not; the allocator takes its Python loops for those.
+ * The prefix-cache map may be a dict subclass that logs what enters or leaves it (KV events):
+ * it is read and written through its own protocol (get, `in`, item assignment), as the Python
+ * loops do, so it sees every change.
  * Block ids are bounds-checked: a bad one raises IndexError, never reads memory.
  */
 #define PY_SSIZE_T_CLEAN
@@ -215,8 +216,8 @@ static PyObject *mark_blocks(PyObject *self, PyObject *const *args, Py_ssize_t n
 }
 
 static PyObject *lookup_unique(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyDict_CheckExact(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "lookup_unique(cache: dict (not a subclass), u0, n)");
+    if (nargs != 3 || !PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "lookup_unique(cache: dict, u0, n)");
         return NULL;
     }
     PyObject *cache = args[0];
@@ -229,13 +230,23 @@ static PyObject *lookup_unique(PyObject *self, PyObject *const *args, Py_ssize_t
     for (Py_ssize_t j = 0; j < n; j++) {
         PyObject *key = PyLong_FromLongLong(u0 - (long long)j);
         if (key == NULL) goto fail;
-        PyObject *b = PyDict_GetItemWithError(cache, key);  /* borrowed */
+        PyObject *b;  /* cache.get(key): a new reference, Py_None if absent */
+        if (PyDict_CheckExact(cache)) {
+            b = PyDict_GetItemWithError(cache, key);
+            if (b == NULL && !PyErr_Occurred()) b = Py_None;
+            Py_XINCREF(b);
+        } else {
+            b = PyObject_CallMethod(cache, "get", "O", key);  /* a subclass's own get */
+        }
         Py_DECREF(key);
-        if (b == NULL) {
-            if (PyErr_Occurred()) goto fail;
+        if (b == NULL) goto fail;
+        if (b == Py_None) {
+            Py_DECREF(b);
             break;
         }
-        if (PyList_Append(hits, b) < 0) goto fail;
+        int rc = PyList_Append(hits, b);
+        Py_DECREF(b);
+        if (rc < 0) goto fail;
     }
     return hits;
 fail:
@@ -244,10 +255,10 @@ fail:
 }
 
 static PyObject *publish(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7 || !PyList_Check(args[0]) || !PyDict_CheckExact(args[1]) || !PyDict_CheckExact(args[2])
+    if (nargs != 7 || !PyList_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_CheckExact(args[2])
         || !PyList_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "publish(block_hash: list, cache: dict, dups: dict, blocks: list, n, u0, "
-                                         "unpub): plain dicts, not subclasses");
+        PyErr_SetString(PyExc_TypeError,
+                        "publish(block_hash: list, cache: dict, dups: dict, blocks: list, n, u0, unpub)");
         return NULL;
     }
     PyObject *bh = args[0], *cache = args[1], *dups = args[2], *blocks = args[3], *unpub = args[6];
@@ -270,7 +281,7 @@ static PyObject *publish(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyObject *old = PyList_GET_ITEM(bh, b);
         PyList_SET_ITEM(bh, b, key);  /* the list takes this reference */
         Py_DECREF(old);
-        int has = PyDict_Contains(cache, key);
+        int has = PySequence_Contains(cache, key);  /* key in cache */
         int rc;
         if (has < 0) return NULL;
         if (has) {  /* dups.setdefault(key, []).append(b) */
@@ -289,7 +300,7 @@ static PyObject *publish(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             }
             rc = PyList_Append(more, bo);
         } else {
-            rc = PyDict_SetItem(cache, key, bo);
+            rc = PyObject_SetItem(cache, key, bo);  /* cache[key] = b: its __setitem__ */
         }
         if (rc < 0) return NULL;
     }

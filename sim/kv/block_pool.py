@@ -127,8 +127,7 @@ class BlockPool:
         fq = self.free_queue
         nxt, head = fq._next, fq._head
         ref, bh, cache, dups = self.ref, self.block_hash, self.cache, self.dups
-        if self._pop_front is not None and not dups and type(cache) is dict:  # the loop below, compiled
-            # (a map that logs its deletes, KV events, is a dict subclass: the loop below calls it)
+        if self._pop_front is not None and not dups:  # the loop below, compiled (`del` by the map's own)
             popped, evicted = self._pop_front(nxt, fq._prev, head, ref, bh, cache, n, UNPUBLISHED)
             fq.size -= n
             self.evictions += evicted

@@ -11,8 +11,9 @@ it finishes (a preemption), so that its own probe finds them when it comes back:
     re-admitted  probe   u0, u0-1, u0-2 -> hits [7, 3, 12]                  (if none was evicted)
 
 The per-block and per-request loops here have compiled twins in ``sim/kv/_table_loops.c``
-(optional; the Python stays the reference and ``KVSIM_PURE_PYTHON=1`` selects it). They work
-on plain dicts only: a map that logs what enters or leaves it (KV events) takes the Python.
+(optional; the Python stays the reference and ``KVSIM_PURE_PYTHON=1`` selects it). Like the
+Python, they read and write the map through its own protocol, so a map that logs what enters or
+leaves it (KV events) sees every change.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class PrefixRegistration:
         n = (req.num_tokens - 1) // self.block_size
         if req.content is None:  # every key is arithmetic: unique_key(uid, j) == u0 - j
             u0 = unique_key(req.uid, 0)
-            if self._lookup_unique is not None and type(cache) is dict:  # the loop below, compiled
+            if self._lookup_unique is not None:  # the loop below, compiled
                 return self._lookup_unique(cache, u0, n)
             for j in range(n):
                 b = cache.get(u0 - j)
@@ -79,20 +80,12 @@ class PrefixRegistration:
             self._register_decoded(reqs, ahead, self.block_size, self.pool.block_hash,
                                    UNPUBLISHED if self.lazy_unique else None, self._register_decoded_one)
             return
-        bh = self.pool.block_hash
-        B, lazy = self.block_size, self.lazy_unique
         for r in reqs:
-            upto = r.num_computed_tokens + ahead
-            table = r.kv
-            j = table.num_registered
-            if lazy and r.content is None and upto // B == j + 1 and bh[table.blocks[j]] is None:
-                bh[table.blocks[j]] = UNPUBLISHED  # one unique block, marked (register_full_blocks)
-                table.num_registered = j + 1
-            else:
-                self._register_decoded_one(r, upto)
+            self._register_decoded_one(r, r.num_computed_tokens + ahead)
 
     def _register_decoded_one(self, r: Request, upto: int) -> None:
-        """:meth:`register_decoded_blocks` for one request, unless its block was only marked."""
+        """:meth:`register_decoded_blocks` for one request (the compiled loop calls it for every
+        case but a lone block to mark)."""
         table = r.kv
         j = table.num_registered
         bh = self.pool.block_hash
@@ -169,12 +162,11 @@ class PrefixRegistration:
 
     def _publish(self, req: Request, table: BlockTable) -> None:
         """Enter the request's unpublished blocks in the map under their keys, in table order."""
-        bh, cache_block = self.pool.block_hash, self.pool.cache_block
-        u0 = unique_key(req.uid, 0)
-        pool = self.pool
-        if self._publish_marked is not None and type(pool.cache) is dict:  # the loop below, compiled
+        pool, u0 = self.pool, unique_key(req.uid, 0)
+        bh = pool.block_hash
+        if self._publish_marked is not None:  # the loop below, compiled
             self._publish_marked(bh, pool.cache, pool.dups, table.blocks, table.num_registered, u0, UNPUBLISHED)
             return
         for j, b in enumerate(table.blocks[:table.num_registered]):
             if bh[b] is UNPUBLISHED:
-                cache_block(b, u0 - j)
+                pool.cache_block(b, u0 - j)
