@@ -62,6 +62,23 @@ def run(trace: Any, exact: bool, cost_model: str | None) -> dict[str, Any]:
             "req_per_s": s.num_requests / wall, "steps_per_s": s.num_steps / wall}
 
 
+def vidur_figures(vidur: dict[str, Any] | None, vidur_s: float | None,
+                  rounds: list[tuple[float, float]]) -> dict[str, Any]:
+    """The record's Vidur fields: Vidur's run in this process (its loop_s is the first round's
+    figure), else a time measured in the same session; with more than one round (Vidur s,
+    kvsim s) taken in turn, each pair and the median ratio."""
+    out: dict[str, Any] = {}
+    if vidur is not None:
+        out["vidur"] = vidur
+    elif vidur_s:
+        out["vidur_s_same_session"] = vidur_s
+    if len(rounds) > 1:
+        out["vidur_rounds"] = [{"vidur_s": round(v, 3), "kvsim_s": round(k, 3), "ratio": round(v / k, 2)}
+                               for v, k in rounds]
+        out["vidur_ratio_median"] = round(statistics.median(v / k for v, k in rounds), 2)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", type=Path, default=None, help="default: $KVSIM_DATA/" + "/".join(TRACE_IN_DATA))
@@ -128,17 +145,11 @@ def main() -> None:
         "steps_per_s": round(ff["steps_per_s"])}
     if len(rows) > 1:
         figures["exact_loop_s"] = round(rows[1][1]["wall_s"], 3)
-    if vidur is not None:
-        figures["vidur"] = vidur  # (its loop_s is the first round's Vidur figure)
+    figures |= vidur_figures(vidur, a.vidur_s, rounds)
     if len(rounds) > 1:
-        ratios = [v / k for v, k in rounds]
-        figures["vidur_rounds"] = [{"vidur_s": round(v, 3), "kvsim_s": round(k, 3), "ratio": round(v / k, 2)}
-                                   for v, k in rounds]
-        figures["vidur_ratio_median"] = round(statistics.median(ratios), 2)
         print(f"Vidur / kvsim in {len(rounds)} rounds taken in turn: "
-              + ", ".join(f"{x:.1f}x" for x in ratios) + f"; median {statistics.median(ratios):.1f}x")
-    elif a.vidur_s:
-        figures["vidur_s_same_session"] = a.vidur_s
+              + ", ".join(f"{r['ratio']:.1f}x" for r in figures["vidur_rounds"])
+              + f"; median {figures['vidur_ratio_median']:.1f}x")
     emit("bench_engine", ff["cost"], figures, a.record)
 
 

@@ -63,6 +63,16 @@ def test_rounds_taken_in_turn_judge_the_target_by_their_median_ratio() -> None:
     assert "3 rounds in turn, Vidur / kvsim: 40.0 / 1.00 s, 20.0 / 1.00 s, 25.0 / 1.00 s" in row
 
 
+def test_bench_engine_records_one_vidur_figure_and_the_median_of_its_rounds() -> None:
+    be = bench_module("bench_engine")
+    v = {"version": "0.0.26", "loop_s": 30.0}
+    assert be.vidur_figures(v, 30.0, [(30.0, 2.0)]) == {"vidur": v}  # not also "same session"
+    assert be.vidur_figures(None, 25.0, []) == {"vidur_s_same_session": 25.0}
+    three = be.vidur_figures(v, 30.0, [(30.0, 2.0), (20.0, 2.0), (24.0, 1.0)])
+    assert [r["ratio"] for r in three["vidur_rounds"]] == [15.0, 10.0, 24.0]
+    assert three["vidur_ratio_median"] == 15.0 and three["vidur"] is v
+
+
 def test_bench_engine_refuses_fewer_than_one_round_and_a_partial_trace_against_vidur() -> None:
     import subprocess
     import sys
