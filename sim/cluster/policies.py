@@ -64,7 +64,7 @@ def round_robin(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
 def least_outstanding(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
     w = st.weights
     if w.count(1.0) == len(w):  # equal weights: the token counts themselves (the same order and ties)
-        return rotate_ties([r.outstanding_tokens for r in reps], st)
+        return rotate_ties([0 if r.idle else r.outstanding_tokens for r in reps], st)  # idle: 0, read cheaply
     return rotate_ties([r.outstanding_tokens / w[i] for i, r in enumerate(reps)], st)
 
 

@@ -71,6 +71,9 @@ class Replica(KernelViews):
         #: the time of the step being planned (also inside a fast-forward window): KV events' stamp
         self.clock = 0.0
         self._ot: int | None = None  # the requests' outstanding tokens while the loop sleeps (resumes.py)
+        #: True while the loop waits for a submission with nothing submitted, waiting or running:
+        #: :attr:`outstanding_tokens` is 0 then (a router reads it without the property's work)
+        self.idle = False
         self.process = env.process(clearing(self, self._loop()))
 
     # ---- arrivals -----------------------------------------------------------------------------
@@ -78,6 +81,7 @@ class Replica(KernelViews):
         """Hand a request to this replica (arrival order); wakes an idle loop."""
         self._inbox.append(req)
         self._ot = None
+        self.idle = False
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
@@ -251,7 +255,10 @@ class Replica(KernelViews):
             self._wake = None
             self._pull(env.now, force=nxt + 1)
             return True
+        k = self.kernel
+        self.idle = k.virtual_at is None and not k.virtual_tokens  # (the loop's own, unchanged while it waits)
         yield self._wake
+        self.idle = False
         self._wake = None
         return False
 
