@@ -191,3 +191,14 @@ def test_cli_switches_reach_the_config(tmp_path) -> None:
         assert res.exit_code == 0, res.output
         cfg = json.loads((out / "summary.json").read_text())["config"]
         assert (cfg["async_scheduling"], cfg["chunked_prefill"]) == (lag, chunked)
+
+
+def test_a_lone_requests_last_step_lands_in_its_window() -> None:
+    """Async, a request alone on an idle replica: its window lands the step that samples its
+    last token itself (the exact loop would plan nothing and only wait for it), so every step
+    lands in a window (the exact loop plans and launches the first), and the run is the one
+    exact steps give. Handed over, each request's last step would land in the exact loop."""
+    rows = [dict(request_id=str(i), arrival_s=10.0 * i, prompt_tokens=200 + 37 * i, output_tokens=40 + 3 * i)
+            for i in range(6)]
+    ff = assert_fast_forward_identical(dict(num_gpu_blocks=300, max_model_len=2048), make_trace(rows), check=True)
+    assert ff.summary.num_steps == ff.summary.fast_forward_steps

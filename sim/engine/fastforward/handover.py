@@ -1,6 +1,7 @@
 """How a fast-forward window (:mod:`sim.engine.fastforward.window`) hands over to the exact
 loop: at its end (:func:`close`), or, sync, when a live router's next arrival falls inside the
-step being planned and the window may not wait for it (:func:`hand_over`)."""
+step being planned and the window may not wait for it (:func:`hand_over`). Async, a last step
+that the exact loop would only wait for is landed by the window itself (:func:`lands_alone`)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,16 @@ def close(k: StepKernel, lag: int, running: list[Request], s: int, real: Collect
         land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,
              sum(r.num_computed_tokens for r in running if r not in p_done), k.sched.num_waiting)
     return t, None
+
+
+def lands_alone(k: StepKernel, running: list[Request], done: list[Request], start: float, end: float,
+                due: float, na: float) -> bool:
+    """Async: the step in flight (``start`` .. ``end``) samples the last token of every running
+    request, and the exact loop would plan nothing while it runs: nothing waits, no arrival is
+    due by ``start`` (``due``: the replica's own inbox), and no router acts before ``end``
+    (``na``: it would read the replica mid-flight). Then the window lands it itself, as the
+    exact loop would at ``end`` (``AsyncScheduler.output``, the finishes, one record), instead
+    of handing it over: the last step of a lone request on an idle replica."""
+    sched = k.sched
+    return (due > start and na > end and len(done) == len(running) and not sched.num_waiting
+            and sched.kv.connector is None)

@@ -34,7 +34,7 @@ import math
 
 from sim.engine.fastforward.chunked import carried, next_chunk
 from sim.engine.fastforward.decoders import boundary, by_seq, join, leave, uids
-from sim.engine.fastforward.handover import close, hand_over
+from sim.engine.fastforward.handover import close, hand_over, lands_alone
 from sim.engine.fastforward.ordering import Order
 from sim.engine.fastforward.pause import Pausing, pause
 from sim.engine.fastforward.runs import QuietRuns
@@ -287,5 +287,9 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             landing = False
     if not s:
         return t if f is None else f.start, f
+    if landing and lag and lands_alone(k, running, p_done, p_start, t, due if quiet else -math.inf, na):
+        land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, 0, 0)
+        return t, None
     return close(k, lag, running, s, partial | {r.uid for r in p_done} if landing else partial,
                  landing, p_plan, p_batch, p_dt, p_start, p_done, t)
+
