@@ -88,7 +88,7 @@ def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str | RouterSp
             env.run()
         else:
             monitor = SloMonitor(stop_on_fail[0], reqs, stop_on_fail[1])
-            aborted = _run_monitored(env, monitor, reps, reqs, checks)
+            aborted = _run_monitored(env, monitor, reps, reqs, checks, bound=spec.static or len(reps) == 1)
             failing = monitor.failing(env.now) if aborted else ()
     frame = request_frame(reqs)
     frame["replica"] = assigned
@@ -97,19 +97,28 @@ def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str | RouterSp
 
 
 def _run_monitored(env: simpy.Environment, monitor: SloMonitor, reps: Sequence[Replica],
-                   reqs: list[Request], checks: int) -> bool:
+                   reqs: list[Request], checks: int, bound: bool = False) -> bool:
     """Run in ``checks`` chunks over the arrival span; True if the monitor stopped the replay.
 
     Progress is judged by requests ended, not by ``env.peek()``: after ``run(until=...)``
-    SimPy leaves its stop event queued, so the queue never looks empty.
+    SimPy leaves its stop event queued, so the queue never looks empty. A fast-forward window
+    runs ahead of the clock, so requests may have ended before the monitor saw them arrive:
+    the checks go on until the clock has passed the last arrival. ``bound`` (replicas fed up
+    front, no router to end their windows): the replicas' windows end at each check, as at a
+    router's arrival, so a verdict that can only fail stops the work, not just the reading.
     """
     span = reqs[-1].arrival_s - reqs[0].arrival_s if reqs else 0.0
     every = max(span / max(checks, 1), 1e-3)
-    total = len(reqs)
-    while sum(len(r.finished) + len(r.rejected) for r in reps) < total:
-        if env.peek() == math.inf:
+    total, last = len(reqs), reqs[-1].arrival_s if reqs else 0.0
+    check = [env.now + every]
+    if bound:
+        for rep in reps:
+            rep.follow_router(lambda: check[0])
+    while (ended := sum(len(r.finished) + len(r.rejected) for r in reps)) < total or env.now < last:
+        if ended < total and env.peek() == math.inf:
             break  # nothing left to run (cannot happen while requests remain; defensive)
-        env.run(until=env.now + every)
+        check[0] = env.now + every
+        env.run(until=check[0])
         if monitor(env.now):
             return True
     return False
