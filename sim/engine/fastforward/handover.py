@@ -5,6 +5,7 @@ that the exact loop would only wait for is landed by the window itself (:func:`l
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 
 from sim.cost import StepBatch
@@ -36,14 +37,19 @@ def _pending_plan(running: list[Request], admitted: StepPlan | None) -> StepPlan
 
 def close(k: StepKernel, lag: int, running: list[Request], s: int, real: Collection[int], landing: bool,
           p_plan: StepPlan, p_batch: StepBatch, p_dt: float, p_start: float, p_done: list[Request],
-          t: float) -> tuple[float, InFlight | None]:
+          t: float, due: float = -math.inf, na: float = math.inf) -> tuple[float, InFlight | None]:
     """End a window of ``s`` steps: every decoder (not in ``real``) gets its real counts. Async:
     the step in flight goes back to the exact loop (its plan lists every running request: the
-    exact loop's ``output`` reads only who had a token in flight); sync: a step left landing
-    (more than one chunked prefill remains) lands with every count real."""
+    exact loop's ``output`` reads only who had a token in flight), unless the window lands it
+    itself (:func:`lands_alone`: ``due``, the replica's next own arrival, and ``na``, the
+    router's); sync: a step left landing (more than one chunked prefill remains) lands with
+    every count real."""
+    if landing and lag and lands_alone(k, running, p_done, p_start, t, due, na):
+        land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, 0, 0)
+        return t, None
     shift([r for r in running if r.uid not in real], s)
     if lag:
-        return p_start, InFlight(StepPlan(scheduled=[(r, 1) for r in running],
+        return p_start, InFlight(StepPlan(scheduled=[(r, 1) for r in running], num_preempted=p_plan.num_preempted,
                                           swap_in_blocks=p_plan.swap_in_blocks), p_batch, p_dt, p_start, p_done)
     if landing:
         land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,

@@ -14,9 +14,9 @@ finishes or is freed, and admission can admit nothing (``Scheduler.admits_nothin
 step skips the admission pass and times its decodes with ``StepKernel.decode_time``
 (:mod:`sim.cost.bulk`). Admissions run through the scheduler's own admission pass on the real
 (eagerly updated) block pool; a request whose prefill completes joins the decoders, and one
-chunked prefill is carried on (:mod:`sim.engine.fastforward.chunked`). The window ends before a
-step that could preempt or whose budget cannot cover every decoder, and after one that leaves
-two chunked prefills. Decoders are also bucketed by the step that samples their last token,
+chunked prefill is carried on (:mod:`sim.engine.fastforward.chunked`). A step that preempts runs
+in the window as :mod:`~sim.engine.fastforward.preempt` says, else the window ends before it, as
+before one whose budget cannot cover every decoder, and after one that leaves two chunked prefills. Decoders are also bucketed by the step that samples their last token,
 and leave then, finished as ``Scheduler.update`` does (running order, ``Request.seq``). A live
 router's arrivals pause the window (:mod:`sim.engine.fastforward.pause`). One window serves
 sync and async scheduling (:mod:`sim.engine.fastforward.ordering`); async, it starts from and
@@ -34,9 +34,10 @@ import math
 
 from sim.engine.fastforward.chunked import carried, next_chunk
 from sim.engine.fastforward.decoders import boundary, by_seq, join, leave, uids
-from sim.engine.fastforward.handover import close, hand_over, lands_alone
+from sim.engine.fastforward.handover import close, hand_over
 from sim.engine.fastforward.ordering import Order
 from sim.engine.fastforward.pause import Pausing, pause
+from sim.engine.fastforward.preempt import preempt_pass, supported, victims
 from sim.engine.fastforward.runs import QuietRuns
 from sim.engine.fastforward.steps import NO_PLAN, NONE, NextArrival, Pull, Window, land, new_batch
 from sim.engine.step import InFlight, StepKernel
@@ -95,6 +96,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     sync_reg = paged and not lag and register is not None  # sync: blocks are registered as they fill
     lin = blocks.linear_breakdown() if blocks is not None else None
     usable, nulls = (lin.usable, lin.null_slots) if lin is not None else (0, 0)
+    preempts = pool is not None and supported(k, lag, lin is not None)  # a step that preempts stays in the window (preempt.py)
     buckets: list[list[Request]] = [[] for _ in range(B)]
     c0_sum = pages = decoders = 0
     for r in running:
@@ -131,9 +133,12 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             cap = len(log) + PROGRESS_EVERY
         bucket = buckets[s1 % B] if paged else []
         slack = (fq.size if fq is not None else kv.num_free_blocks) - len(bucket)
-        if slack < 0 or decoders > max_batched:
-            break  # this step could preempt, or not every decoder fits the budget: go exact
-        if bucket and margin is not None and slack < margin.pass_min:
+        out = None  # the running pass's victims when this step preempts
+        if decoders > max_batched or (slack < 0 and (
+                not preempts or part is not None
+                or (out := victims(running, bucket, p_done, fq.size, pool.ref, decoders)) is None)):  # type: ignore[union-attr]
+            break  # not every decoder fits the budget, or a step that preempts is not the window's: go exact
+        if out is None and bucket and margin is not None and slack < margin.pass_min:
             margin.pass_min = slack  # the decoders' block checks (== margin.note), inline
         plan_t = p_start if lag else t  # async: planned while the step in flight runs
         if t >= na and not (lag and pausable):  # (async, pausable: it waits after the plan below)
@@ -141,7 +146,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             # or after the router's next arrival, which reads the replica mid-flight (step s
             # running, s1 planned): let SimPy run it, the exact loop plans s1
             break
-        if quiet and s1 not in fin and not (landing and p_done) and part is None:
+        if quiet and s1 not in fin and not (landing and p_done) and part is None and out is None:
             # ---- a quiet step: nothing finishes, nothing is freed, and no admission can run ----
             if due <= plan_t:  # an arrival is due: pull it (it may change what admission sees)
                 pull_due(plan_t)
@@ -210,15 +215,17 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         n_part = 0 if part is None else next_chunk(sched, part, p_done, decoders, max_batched, len(bucket))
         if part is not None and not n_part:
             break  # the chunked prefill's step is not the window's to apply: go exact
-        if bucket or (sync_reg and buckets[(s1 + 1) % B]):
-            pages += boundary(buckets, s1, lag, append_block, register)
         plan = None
+        if out is not None:  # the running pass preempts: replayed on the crossing decoders (preempt.py)
+            plan, c0_sum, decoders, pages = preempt_pass(k, running, bucket, out, s, fin, buckets, c0_sum, decoders, pages)
+        elif bucket or (sync_reg and buckets[(s1 + 1) % B]):
+            pages += boundary(buckets, s1, lag, append_block, register)
         if part is not None:  # its next chunk, after every decoder (running order)
             kv.allocate(part, n_part)
             plan = StepPlan(scheduled=[(part, n_part)])
             partial.discard(part.uid)
         nw = sched.num_waiting
-        if nw and (seqs.note(max_seqs - 1 - len(running)) if seqs is not None else len(running) < max_seqs):
+        if nw and out is None and (seqs.note(max_seqs - 1 - len(running)) if seqs is not None else len(running) < max_seqs):
             adm = plan if plan is not None else StepPlan()
             sched.admit(adm, max_batched - decoders - n_part, plan_t, k.step + lag)
             if adm.scheduled:
@@ -231,7 +238,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s + extra, nw)
         # ---- launch step s1 at t: batch, duration, tokens computed and sampled ----
         ctx = c0_sum + decoders * s1
-        if plan is None:  # decodes only: timed as a quiet step is (== step_cost of the batch, bit for bit)
+        if plan is None or not plan.scheduled:  # decodes only: timed as a quiet step is (== step_cost, bit for bit)
             batch = new_batch((0, 0, 0.0, 0, decoders, ctx, pages, page, 0, 0, bb))
             if dec_n != decoders:
                 dec_time, dec_n = k.decode_time(decoders), decoders
@@ -287,9 +294,6 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             landing = False
     if not s:
         return t if f is None else f.start, f
-    if landing and lag and lands_alone(k, running, p_done, p_start, t, due if quiet else -math.inf, na):
-        land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, 0, 0)
-        return t, None
     return close(k, lag, running, s, partial | {r.uid for r in p_done} if landing else partial,
-                 landing, p_plan, p_batch, p_dt, p_start, p_done, t)
+                 landing, p_plan, p_batch, p_dt, p_start, p_done, t, due if quiet else -math.inf, na)
 
