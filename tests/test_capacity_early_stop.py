@@ -64,3 +64,22 @@ def test_capacity_is_the_highest_passing_probe(seed_search: object) -> None:
     passing = [p.qps for p in s.probes if p.passed]  # type: ignore[attr-defined]
     assert s.qps == max(passing) > 0  # type: ignore[attr-defined]
     assert all(p.qps > s.qps for p in s.probes if not p.passed)  # type: ignore[attr-defined]
+
+
+def test_a_stopped_probe_is_the_same_with_exact_steps(bundled_trace: Trace) -> None:
+    """A probe stops at one of the monitor's checks. Windows run ahead of the clock, so a static
+    replica's windows end at each check: what had run when it stopped is what exact steps had
+    run then, step for step (before, it was wherever the last window had ended)."""
+    cfg = Candidate("h100", 1).config(BASE)
+    window = draw_window(bundled_trace.df, 0, 0, 500, keep=1.0)
+    in_windows = steps = 0
+    for qps in (8.0, 16.0, 64.0):
+        trace = to_trace(at_qps(window, qps), "<window>")
+        ff = replay_fleet([cfg], trace, "round-robin", stop_on_fail=(SLO, 50))
+        ex = replay_fleet([cfg.model_copy(update={"exact_steps": True})], trace, "round-robin",
+                          stop_on_fail=(SLO, 50))
+        assert ff.aborted and ex.aborted, qps
+        assert ff.requests.equals(ex.requests) and ff.steps[0].equals(ex.steps[0]), qps
+        assert ff.preemptions == ex.preemptions
+        in_windows, steps = in_windows + ff.ff_steps, steps + len(ff.steps[0])
+    assert in_windows > steps // 2, "most steps ran in windows: the test proves something"
