@@ -16,8 +16,9 @@ step skips the admission pass and times its decodes with ``StepKernel.decode_tim
 (eagerly updated) block pool; a request whose prefill completes joins the decoders, and one
 chunked prefill is carried on (:mod:`sim.engine.fastforward.chunked`). A step that preempts runs
 in the window as :mod:`~sim.engine.fastforward.preempt` says, else the window ends before it, as
-before one whose budget cannot cover every decoder, and after one that leaves two chunked prefills. Decoders are also bucketed by the step that samples their last token,
-and leave then, finished as ``Scheduler.update`` does (running order, ``Request.seq``). A live
+before one whose budget cannot cover every decoder, and after one that leaves two chunked
+prefills. Decoders are also bucketed by the step that samples their last token, and leave
+then, finished as ``Scheduler.update`` does (running order, ``Request.seq``). A live
 router's arrivals pause the window (:mod:`sim.engine.fastforward.pause`). One window serves
 sync and async scheduling (:mod:`sim.engine.fastforward.ordering`); async, it starts from and
 hands back the exact loop's :class:`~sim.engine.step.InFlight` step. Capacity tests note their
@@ -296,4 +297,3 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         return t if f is None else f.start, f
     return close(k, lag, running, s, partial | {r.uid for r in p_done} if landing else partial,
                  landing, p_plan, p_batch, p_dt, p_start, p_done, t, due if quiet else -math.inf, na)
-
