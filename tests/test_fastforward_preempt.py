@@ -16,8 +16,9 @@ from tests.helpers import assert_fast_forward_identical
 PREEMPTS = {"num_gpu_blocks": 900, "max_model_len": 8192}  # async (the default), FCFS recompute
 
 
-@pytest.mark.parametrize("kw", [{}, {"free_order": "tail"}, {"enable_prefix_caching": False}],
-                         ids=["default", "keys-at-once", "no-caching"])
+@pytest.mark.parametrize("kw", [{}, {"free_order": "tail"}, {"enable_prefix_caching": False},
+                                {"async_scheduling": False}, {"async_scheduling": False, "free_order": "tail"}],
+                         ids=["default", "keys-at-once", "no-caching", "sync", "sync-keys-at-once"])
 def test_a_window_runs_the_steps_that_preempt_and_matches_exact_steps(bundled_trace: Any, kw: dict[str, Any]) -> None:
     ff = assert_fast_forward_identical({**PREEMPTS, **kw}, bundled_trace, check=True)
     s = ff.summary

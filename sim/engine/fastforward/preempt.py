@@ -1,4 +1,4 @@
-"""A step that preempts, inside a fast-forward window (async scheduling, vLLM's FCFS recompute).
+"""A step that preempts, inside a fast-forward window (vLLM's FCFS recompute).
 
 A window used to end before any step whose decoders crossing a block boundary need more blocks
 than are free, and the exact loop ran that step: a pass over every running request, then a new
@@ -16,14 +16,18 @@ the crossing decoders alone, in running order, with the scheduler's own calls::
 Each allocation is ``Scheduler._grow`` on the decoder's real counts (the margin notes, the pops
 and the registrations of the exact pass), each preemption ``Scheduler._preempt`` on the
 victim's real counts. No admission follows in that step (vLLM admits only when nothing was
-preempted). :func:`victims` first works out, without changing anything, whom the pass would
+preempted). Sync, the blocks that the survivors' tokens fill in that step are registered after
+the pass, as the window registers them at any step (marks or unique keys: their order against
+the pass's pops and frees changes nothing). :func:`victims` first works out, without changing anything, whom the pass would
 preempt; the window applies the step only when every victim is a decoder of the window (not a
 request whose last token is in flight) and someone is left to run. Otherwise, and outside the
-configuration this covers (async, ``victim_last``, recompute, a paged pool outside fork mode,
-no KV connector), the window ends before the step as before.
+configuration this covers (``victim_last``, recompute, a paged pool outside fork mode, no KV
+connector), the window ends before the step as before.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from sim.engine.fastforward.decoders import leave, shift
 from sim.engine.step import StepKernel
@@ -32,11 +36,11 @@ from sim.sched.plan import StepPlan
 from sim.sched.policies import victim_last
 
 
-def supported(k: StepKernel, lag: int, linear: bool) -> bool:
+def supported(k: StepKernel, linear: bool) -> bool:
     """Whether this window's steps that preempt can be applied in it (module docstring);
     ``linear``: the pool's breakdown is linear (not fork mode, where blocks are shared partly)."""
     sched, kv = k.sched, k.kv
-    return (bool(lag) and linear and k.decode_blocks is not None and sched.choose_victim is victim_last
+    return (linear and k.decode_blocks is not None and sched.choose_victim is victim_last
             and sched.preemption.name == "recompute" and kv.connector is None and not sched.lookahead
             and not kv.allocates_every_step)
 
@@ -76,10 +80,11 @@ def victims(running: list[Request], bucket: list[Request], in_flight_last: list[
 
 def preempt_pass(k: StepKernel, running: list[Request], bucket: list[Request], out: list[Request], s: int,
                  fin: dict[int, list[Request]], buckets: list[list[Request]], c0_sum: int, decoders: int,
-                 pages: int) -> tuple[StepPlan, int, int, int]:
+                 pages: int, fill: Callable[[list[Request], int], None] | None) -> tuple[StepPlan, int, int, int]:
     """Apply the running pass :func:`victims` worked out, at window step ``s + 1``. Returns its
     plan (the preemptions; nothing scheduled beyond the decoders' tokens) and the window's new
-    sums of the decoders' virtual start counts, their number and their pages.
+    sums of the decoders' virtual start counts, their number and their pages. ``fill`` (sync):
+    registers the blocks the survivors fill in this step.
 
     A victim's token in flight reaches it when step ``s`` lands, after this plan: seen, not
     cached (``AsyncScheduler.output`` skips a preempted request). Its mark is cleared here;
@@ -115,4 +120,7 @@ def preempt_pass(k: StepKernel, running: list[Request], bucket: list[Request], o
             pages += 1
     if taken != len(out):
         raise AssertionError("the running pass preempted fewer requests than worked out")
+    filling = buckets[(s + 2) % len(buckets)]
+    if fill is not None and filling:
+        fill(filling, s + 1)
     return plan, c0_sum, decoders, pages

@@ -97,7 +97,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     sync_reg = paged and not lag and register is not None  # sync: blocks are registered as they fill
     lin = blocks.linear_breakdown() if blocks is not None else None
     usable, nulls = (lin.usable, lin.null_slots) if lin is not None else (0, 0)
-    preempts = pool is not None and supported(k, lag, lin is not None)  # a step that preempts stays in the window (preempt.py)
+    preempts = pool is not None and supported(k, lin is not None)  # a step that preempts stays in the window (preempt.py)
     buckets: list[list[Request]] = [[] for _ in range(B)]
     c0_sum = pages = decoders = 0
     for r in running:
@@ -218,7 +218,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             break  # the chunked prefill's step is not the window's to apply: go exact
         plan = None
         if out is not None:  # the running pass preempts: replayed on the crossing decoders (preempt.py)
-            plan, c0_sum, decoders, pages = preempt_pass(k, running, bucket, out, s, fin, buckets, c0_sum, decoders, pages)
+            plan, c0_sum, decoders, pages = preempt_pass(k, running, bucket, out, s, fin, buckets, c0_sum, decoders, pages,
+                                                         register if sync_reg else None)
         elif bucket or (sync_reg and buckets[(s1 + 1) % B]):
             pages += boundary(buckets, s1, lag, append_block, register)
         if part is not None:  # its next chunk, after every decoder (running order)
