@@ -26,6 +26,21 @@ def test_a_window_runs_the_steps_that_preempt_and_matches_exact_steps(bundled_tr
     assert s.num_steps - s.fast_forward_steps < s.preemptions // 4, "the windows ended at the preemptions"
 
 
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+def test_victims_that_share_prompt_blocks_free_only_their_last_references(bundled_trace: Any, sync: bool) -> None:
+    """Two samples of each prompt (``n`` = 2) share its full blocks: a victim frees only the
+    blocks no one else holds, and the window's count of what it frees must say so."""
+    import dataclasses
+
+    df = bundled_trace.df.copy()
+    df["n"] = 2
+    trace = dataclasses.replace(bundled_trace, df=df)
+    ff = assert_fast_forward_identical({**PREEMPTS, "async_scheduling": not sync}, trace, check=True)
+    s = ff.summary
+    assert s.preemptions > 100 and s.prefix_cache.hit_rate > 0.3
+    assert s.num_steps - s.fast_forward_steps < s.preemptions // 4
+
+
 def test_kv_events_see_the_same_pool_operations_when_a_window_preempts(bundled_trace: Any) -> None:
     """A stale KV-aware view logs every store and delete of the pools' maps (sim/cluster/events.py):
     a live fleet routed by it is the same with and without fast-forward."""
