@@ -2,7 +2,7 @@
 
 A window used to end before any step whose decoders crossing a block boundary need more blocks
 than are free, and the exact loop ran that step: a pass over every running request, then a new
-window joining them all again. On the 70B replica nearly every window (2,798 of 2,952) ended so.
+window joining them all again. On the 70B replica nearly every window (2,814 of 2,952) ended so.
 The step's running pass (``Scheduler.schedule``) only touches the pool for the decoders that
 cross a boundary; the others take their token in place. So the window replays that pass on
 the crossing decoders alone, in running order, with the scheduler's own calls::
