@@ -38,9 +38,10 @@ from sim.sched.policies import victim_last
 
 def supported(k: StepKernel, linear: bool) -> bool:
     """Whether this window's steps that preempt can be applied in it (module docstring);
-    ``linear``: the pool's breakdown is linear (not fork mode, where blocks are shared partly)."""
+    ``linear``: a paged pool whose breakdown is linear (not a slab, not fork mode, where blocks
+    are shared partly: :meth:`~sim.kv.base.DecodeBlocks.linear_breakdown`)."""
     sched, kv = k.sched, k.kv
-    return (linear and k.decode_blocks is not None and sched.choose_victim is victim_last
+    return (linear and sched.choose_victim is victim_last
             and sched.preemption.name == "recompute" and kv.connector is None and not sched.lookahead
             and not kv.allocates_every_step)
 

@@ -97,7 +97,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     sync_reg = paged and not lag and register is not None  # sync: blocks are registered as they fill
     lin = blocks.linear_breakdown() if blocks is not None else None
     usable, nulls = (lin.usable, lin.null_slots) if lin is not None else (0, 0)
-    preempts = pool is not None and supported(k, lin is not None)  # a step that preempts stays in the window (preempt.py)
+    preempts = supported(k, lin is not None)  # a step that preempts stays in the window (preempt.py)
     buckets: list[list[Request]] = [[] for _ in range(B)]
     c0_sum = pages = decoders = 0
     for r in running:
