@@ -83,7 +83,7 @@ def test_least_outstanding_tokens_picks_the_fewest_per_weight_and_rotates_ties()
     from sim.cluster.policies import RouterState, least_outstanding
 
     def reps(*tokens: int) -> list:
-        return [SimpleNamespace(outstanding_tokens=n, idle=False) for n in tokens]
+        return [SimpleNamespace(outstanding_tokens=n, idle=False, surely_busy=False) for n in tokens]
 
     st = RouterState([1.0, 1.0, 1.0], 16)
     assert least_outstanding(None, reps(500, 20, 300), st) == 1  # type: ignore[arg-type]
@@ -97,8 +97,9 @@ def test_least_outstanding_tokens_picks_the_fewest_per_weight_and_rotates_ties()
 
 def test_an_idle_replica_has_no_outstanding_tokens(bundled_trace: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """``Replica.idle`` (read by least-outstanding-tokens instead of the property) is set only
-    when the property reads 0: checked at every routing decision of a streamed 4-replica fleet,
-    where idle replicas are common, and the picks are those of the property alone. Arrivals come
+    when the property reads 0, and ``Replica.surely_busy`` only while it reads >= 1: checked at
+    every routing decision of a streamed 4-replica fleet, where idle and napping replicas are
+    common, and the picks are those of the property alone. Arrivals come
     in bursts at whole seconds, so a replica is read again right after a submission."""
     import dataclasses
 
@@ -106,12 +107,15 @@ def test_an_idle_replica_has_no_outstanding_tokens(bundled_trace: Any, monkeypat
     from sim.cluster.policies import least_outstanding
     from sim.cluster.stream_replay import replay_streamed
 
-    seen = {"idle": 0, "busy": 0}
+    seen = {"idle": 0, "busy": 0, "surely busy": 0}
 
     def checked(req: Any, reps: Any, st: Any) -> int:
         for r in reps:
             if r.idle:
                 assert r.outstanding_tokens == 0
+            if r.surely_busy:  # napping through a run: its count stays >= 1 until it wakes
+                assert not r.idle and r.outstanding_tokens >= 1
+                seen["surely busy"] += 1
             seen["idle" if r.idle else "busy"] += 1
         tokens = [r.outstanding_tokens for r in reps]
         k = least_outstanding(req, reps, st)
@@ -123,4 +127,4 @@ def test_an_idle_replica_has_no_outstanding_tokens(bundled_trace: Any, monkeypat
     df = bundled_trace.df.copy()
     df["arrival_s"] = df["arrival_s"].round(0)  # (jitter off: it would spread them again)
     replay_streamed(cfgs, dataclasses.replace(bundled_trace, df=df), "least-outstanding-tokens")
-    assert seen["idle"] > 100 and seen["busy"] > 100, seen
+    assert seen["idle"] > 100 and seen["busy"] > 100 and seen["surely busy"] > 100, seen

@@ -121,6 +121,7 @@ def test_a_sleeping_replicas_outstanding_tokens_are_served_from_its_cache_and_al
     # every read through the property: an idle replica's is otherwise answered by its flag
     # (tests/test_fleet_router.py checks that one)
     monkeypatch.setattr(Replica, "idle", property(lambda self: False, lambda self, v: None), raising=False)
+    monkeypatch.setattr(Replica, "surely_busy", property(lambda self: False, lambda self, v: None), raising=False)
     tie = ties()
     for kw, trace in (({"num_gpu_blocks": 900, "max_model_len": 8192}, azure(speed=1.5)),
                       ({"cost_model": "constant:0.01", "num_gpu_blocks": 300, "max_model_len": 2048}, tie)):

@@ -64,7 +64,12 @@ def round_robin(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
 def least_outstanding(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
     w = st.weights
     if w.count(1.0) == len(w):  # equal weights: the token counts themselves (the same order and ties)
-        return rotate_ties([0 if r.idle else r.outstanding_tokens for r in reps], st)  # idle: 0, read cheaply
+        # idle: 0, read cheaply; a replica napping through a run whose count stays >= 1 stands
+        # as 1, which is neither the least nor tied with it once some replica is at 0 or below
+        v = [0 if r.idle else 1 if r.surely_busy else r.outstanding_tokens for r in reps]
+        if min(v) >= 1:  # none is: the real counts
+            v = [r.outstanding_tokens for r in reps]
+        return rotate_ties(v, st)
     return rotate_ties([r.outstanding_tokens / w[i] for i, r in enumerate(reps)], st)
 
 

@@ -28,7 +28,7 @@ from sim.engine.fastforward.ordering import Order, order_of
 from sim.engine.fastforward.pause import Nap
 from sim.engine.fastforward.window import Window, fast_forward
 from sim.engine.resumes import clearing
-from sim.engine.sleep import sleep_until
+from sim.engine.sleep import first_of, sleep_until
 from sim.engine.step import InFlight, StepKernel
 from sim.engine.views import KernelViews
 from sim.io.rejects import KV_POOL, Rejection
@@ -74,6 +74,9 @@ class Replica(KernelViews):
         #: True while the loop waits for a submission with nothing submitted, waiting or running:
         #: :attr:`outstanding_tokens` is 0 then (a router reads it without the property's work)
         self.idle = False
+        #: True while the loop naps through a lazy run (:meth:`_nap`) whose outstanding tokens
+        #: stay >= 1 until it wakes: a router comparing it with a replica at 0 needs no read
+        self.surely_busy = False
         self.process = env.process(clearing(self, self._loop()))
 
     # ---- arrivals -----------------------------------------------------------------------------
@@ -241,7 +244,11 @@ class Replica(KernelViews):
     def _nap(self, nap: Nap) -> Generator[simpy.Event, Any, None]:
         """Sleep until ``nap.until``, or (``wakeable``) until a submission wakes the loop."""
         self._wake = self.env.event() if nap.wakeable else None
+        at = self.kernel.virtual_at
+        if at is not None:  # a lazy run: its reads only fall (decodes) or rise (submissions) until it ends
+            self.surely_busy = self.outstanding_tokens - (at(nap.until) - at(self.env.now)) >= 1
         yield from sleep_until(self.env, nap.until, self._wake)
+        self.surely_busy = False
         self._wake = None
 
     def _wait_for_work(self) -> Generator[simpy.Event, Any, bool]:
@@ -251,7 +258,7 @@ class Replica(KernelViews):
         self._wake = env.event()
         if self._cursor < len(self._inbox):  # a future arrival from our own inbox
             nxt = self._cursor
-            yield env.timeout(max(self._inbox[nxt].arrival_s - env.now, 0.0)) | self._wake
+            yield first_of(env.timeout(max(self._inbox[nxt].arrival_s - env.now, 0.0)), self._wake)
             self._wake = None
             self._pull(env.now, force=nxt + 1)
             return True
@@ -278,7 +285,7 @@ class Replica(KernelViews):
         env = self.env
         self._wake = env.event()
         nxt = c.next_finished_s()
-        yield self._wake if nxt is None else env.timeout(max(nxt - env.now, 0.0)) | self._wake
+        yield self._wake if nxt is None else first_of(env.timeout(max(nxt - env.now, 0.0)), self._wake)
         self._wake = None
         return True
 

@@ -16,11 +16,30 @@ import simpy
 def sleep_until(env: simpy.Environment, t: float, wake: simpy.Event | None = None) -> Generator[simpy.Event, Any, None]:
     """Advance ``env.now`` to exactly ``t``; with ``wake``, or less: until it fires (then
     ``env.now < t``)."""
-    def hop(dt: float) -> simpy.Event:
-        return env.timeout(dt) if wake is None else env.timeout(dt) | wake
-
     if env.now + (t - env.now) != t:
-        yield hop((t - env.now) / 2)
+        dt = (t - env.now) / 2
+        yield env.timeout(dt) if wake is None else first_of(env.timeout(dt), wake)
     if wake is None or not wake.triggered:
-        yield hop(t - env.now)
+        dt = t - env.now
+        yield env.timeout(dt) if wake is None else first_of(env.timeout(dt), wake)
     assert wake is not None or env.now == t, (env.now, t)
+
+
+def first_of(timeout: simpy.Event, wake: simpy.Event) -> simpy.Event:
+    """``timeout | wake`` (SimPy's :class:`~simpy.events.Condition`), without its value: an
+    event that succeeds when the first of the two is processed. Scheduled as the condition
+    is (a plain event that succeeds from the first one's callbacks, at that instant), so
+    SimPy's event order is unchanged; what it saves is the condition's bookkeeping, on every
+    nap of a replica between a router's arrivals."""
+    done = simpy.Event(timeout.env)
+
+    def fire(_: simpy.Event) -> None:
+        if not done.triggered:
+            done.succeed()
+
+    timeout.callbacks.append(fire)  # type: ignore[union-attr]  # (a timeout is pending: it has callbacks)
+    if wake.callbacks is None:  # processed already: the condition would succeed at once
+        fire(wake)
+    else:
+        wake.callbacks.append(fire)
+    return done
