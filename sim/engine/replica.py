@@ -28,6 +28,7 @@ from sim.engine.fastforward.ordering import Order, order_of
 from sim.engine.fastforward.pause import Nap
 from sim.engine.fastforward.window import Window, fast_forward
 from sim.engine.resumes import clearing
+from sim.engine.signals import RouterSignals
 from sim.engine.sleep import first_of, sleep_until
 from sim.engine.step import InFlight, StepKernel
 from sim.engine.views import KernelViews
@@ -37,7 +38,7 @@ from sim.request import Request, Status
 NEVER_FITS = "cannot be scheduled even on an idle engine: does not fit the KV pool"  # code kv_pool
 
 
-class Replica(KernelViews):
+class Replica(KernelViews, RouterSignals):
     """One serving instance: a step kernel (scheduler + allocator + cost model) driven by SimPy."""
 
     def __init__(
@@ -71,12 +72,7 @@ class Replica(KernelViews):
         #: the time of the step being planned (also inside a fast-forward window): KV events' stamp
         self.clock = 0.0
         self._ot: int | None = None  # the requests' outstanding tokens while the loop sleeps (resumes.py)
-        #: True while the loop waits for a submission with nothing submitted, waiting or running:
-        #: :attr:`outstanding_tokens` is 0 then (a router reads it without the property's work)
-        self.idle = False
-        #: True while the loop naps through a lazy run (:meth:`_nap`) whose outstanding tokens
-        #: stay >= 1 until it wakes: a router comparing it with a replica at 0 needs no read
-        self.surely_busy = False
+        self.idle = self.surely_busy = False  # what a router reads instead of the count (signals.py)
         self.process = env.process(clearing(self, self._loop()))
 
     # ---- arrivals -----------------------------------------------------------------------------
@@ -136,29 +132,6 @@ class Replica(KernelViews):
                 sched.add(r)
             i += 1
         self._cursor = i
-
-    @property
-    def unpulled(self) -> list[Request]:
-        """Submitted requests the loop has not taken in yet (router signals: queue depth)."""
-        return self._inbox[self._cursor:]
-
-    @property
-    def outstanding_tokens(self) -> int:
-        """Tokens still to process for submitted, waiting and running requests (router signal)."""
-        k = self.kernel
-        tot = self._ot
-        if tot is None:  # once since the loop last ran (sim/engine/resumes.py)
-            tot, s = 0, k.sched
-            if self._cursor < len(self._inbox):
-                tot += sum(r.final_tokens for r in self._inbox[self._cursor:])
-            for r in s.running:  # (the router reads every replica at every arrival: plain loops)
-                tot += r.final_tokens - r.num_computed_tokens
-            if s.waiting:
-                for r in s.waiting:
-                    tot += r.final_tokens - r.num_computed_tokens
-            if self._lazy:  # (only the loop and submit change a lazily read replica's requests)
-                self._ot = tot
-        return tot - (k.virtual_tokens if k.virtual_at is None else k.virtual_at(self.env.now))
 
     # ---- the loop -----------------------------------------------------------------------------
     def _loop(self) -> Generator[simpy.Event, Any, None]:
