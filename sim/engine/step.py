@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from sim.cost import StepBatch, StepCostModel
 from sim.cost.bulk import DecodeTime, DecodeTimeArray, decode_step_time, decode_step_times
 from sim.io.records import StepLog, record_from_tuple
-from sim.kv.base import DecodeBlocks, KvAllocator, MemoryBreakdown
+from sim.kv.base import DecodeBlocks, KvAllocator, LinearBreakdown, MemoryBreakdown
 from sim.request import Request
 from sim.sched.plan import StepPlan
 from sim.sched.scheduler import Scheduler
@@ -58,6 +58,7 @@ class StepKernel:
     progress: Callable[[], None] | None = None  # the replica's on_progress, for long windows
     decode_blocks: DecodeBlocks | None = None  # the allocator's bulk-decode view (None: a slab)
     caching: bool = False              # prefix caching on a paged pool (decoded blocks are hashed)
+    lin: LinearBreakdown | None = None  # the pool's breakdown constants, when it is linear (DecodeBlocks)
     _decode: dict[int, DecodeTime] = field(default_factory=dict)  # decoders -> decode_time(...)
     _decode_arr: dict[int, DecodeTimeArray | None] = field(default_factory=dict)
 
@@ -67,6 +68,7 @@ class StepKernel:
         self.page_size = kv.block_size if kv.paged else 0
         self.decode_blocks = kv.decode_blocks
         self.caching = kv.paged and kv.enable_caching
+        self.lin = self.decode_blocks.linear_breakdown() if self.decode_blocks is not None else None
 
     def decode_time(self, seqs: int) -> DecodeTime:
         """``time(ctx, pages)`` of a step of ``seqs`` decodes, equal to ``cost.step_time`` of its

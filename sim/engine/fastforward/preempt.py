@@ -67,11 +67,15 @@ def victims(running: list[Request], bucket: list[Request], in_flight_last: list[
                 return None
             out.append(v)
             gone.add(id(v))
-            for b in v.kv.blocks:  # the blocks whose last reference it holds go back to the queue
-                n = dropped.get(b, 0)
-                if ref[b] - n == 1:
-                    free += 1
-                dropped[b] = n + 1
+            blocks = v.kv.blocks
+            if list(map(ref.__getitem__, blocks)).count(1) == len(blocks):  # it alone holds each: all go
+                free += len(blocks)  # back (and no other victim holds one: none is in ``dropped``)
+            else:
+                for b in blocks:  # the blocks whose last reference it holds go back to the queue
+                    n = dropped.get(b, 0)
+                    if ref[b] - n == 1:
+                        free += 1
+                    dropped[b] = n + 1
             if v is r:
                 break
         if id(r) not in gone:

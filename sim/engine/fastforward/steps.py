@@ -35,12 +35,20 @@ def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
                 if k.caching and not r.num_computed_tokens % B:
                     kv.register_full_blocks(r, r.num_computed_tokens)
         k.finish(done, start + dt)
-    sched, kv = k.sched, k.kv
+    sched, kv, lin = k.sched, k.kv, k.lin
     running = sched.running
-    tok, res, internal, ext, free = kv.breakdown(running, computed, waiting=sched.waiting.peek() if nw else None)
+    if lin is not None:  # KvAllocator.breakdown, inline (a paged pool: sim/kv/base.py LinearBreakdown)
+        pool = k.decode_blocks.pool  # type: ignore[union-attr]
+        free_blocks, shared, B = pool.free_queue.size, pool.shared_excess, lin.block_size
+        used = lin.usable - free_blocks
+        internal = (used + shared) * B - computed
+        tok, res, ext, free = used * B - internal, 0, lin.null_slots, free_blocks * B
+    else:
+        tok, res, internal, ext, free = kv.breakdown(running, computed, waiting=sched.waiting.peek() if nw else None)
+        free_blocks, shared = kv.num_free_blocks, kv.shared_excess
     k.log.append(record((k.step, start, dt, len(running), nw, batch.prefill_tokens, batch.num_decode_seqs,
-                         plan.num_preempted, kv.num_free_blocks, tok, res, internal, ext, free,
-                         kv.shared_excess, plan.swap_out_blocks, plan.swap_in_blocks)))
+                         plan.num_preempted, free_blocks, tok, res, internal, ext, free,
+                         shared, plan.swap_out_blocks, plan.swap_in_blocks)))
     k.busy_s += dt
     k.step += 1
     k.ff_steps += 1
