@@ -44,6 +44,15 @@ class Admission:
             return False
         return kv.allocate(req, num_new_tokens, hits, reserve=wm, cache=cache)
 
+    def admit_hopeful(self, kv: KvAllocator, req: Request, num_new_tokens: int, hits: Sequence[int],
+                      has_running: bool) -> bool:
+        """:meth:`admit`, right after :meth:`hopeless` said False for ``req`` with the pool as it
+        was then: without content or hits, its reserve is the very comparison hopeless made
+        (noted already), so only the allocation is left."""
+        if self.reserve_full_isl and req.content is None and not hits:
+            return kv.allocate(req, num_new_tokens, hits, reserve=self.watermark_blocks if has_running else 0)
+        return self.admit(kv, req, num_new_tokens, hits, has_running)
+
     def hopeless(self, kv: KvAllocator, req: Request, has_running: bool) -> bool:
         """True if :meth:`admit` must fail whatever the prefix probe finds.
 

@@ -82,7 +82,8 @@ def admit(sched: Scheduler, plan: StepPlan, budget: int, now: float, step: int) 
             r.num_computed_tokens, r.status = hit.tokens, REMOTE
             skipped.append(waiting.pop())
             continue
-        if not adm.admit(kv, r, n + ext, hit.blocks, bool(running)):
+        if not (adm.admit_hopeful(kv, r, n, hit.blocks, bool(running)) if conn is None  # (nothing moved since
+                else adm.admit(kv, r, n + ext, hit.blocks, bool(running))):               # hopeless() above)
             break
         if conn is not None:
             xfer.allocated(r, hit)

@@ -67,9 +67,7 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     Not in bulk: paper-v0's prefill-only steps, swapped requests waiting, and speculative
     decoding (decoders advance by their accepted drafts, not in lockstep).
     """
-    if False:
-        yield 0.0  # a generator even when it returns at once
-    sched = k.sched
+    sched = k.sched  # (a generator, by its ``yield from`` below, even when it returns at once)
     if sched.swapped or not sched.mixed_steps or sched.spec_tokens or not sched.running:
         return t, flight
     ok, part = carried(sched.running, order.decoding)
@@ -110,7 +108,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     step_cost, bb, breakdown, log_row = k.cost.step_time, k.block_bytes, kv.breakdown, k.log.append
     # quiet steps (module docstring) need the next arrival of the replica's own inbox
     quiet, due = next_due is not None, next_due() if next_due is not None else 0.0
-    held: bool | None = None  # True: no admission can run until a pull or a non-quiet step
+    held: int | None = None  # truthy: no admission can run until a pull or a non-quiet step (2: nor a run)
     head: Request | None = None
     qnw, s, log, progress, dec_time, dec_n = 0, 0, k.log, k.progress, k.decode_time(decoders), decoders
     na = next_arrival() if next_arrival is not None else math.inf  # no submission until the window ends
@@ -158,15 +156,16 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 head = sched.waiting.peek() if qnw else None
                 held = sched.admits_nothing(head, max_batched - decoders)
             if held:
-                if runs is not None and (not lag or (p_plan is NO_PLAN and p_batch.num_decode_seqs == decoders)) \
-                        and runs.ready(s, t, decoders, c0_sum, pages, fin, due, na, p_start, p_dt, qnw, len(running),
-                                       pool.shared_excess):  # type: ignore[union-attr]
-                    n = yield from runs.take(s, due, na, p_start, cap - len(log))
-                    if n:  # a run of quiet steps, as arrays (sim/engine/fastforward/runs.py)
-                        s, t, pages, due, na, p_dt, p_start = s + n, runs.t, runs.pages, runs.due, runs.na, \
-                            runs.p_dt, runs.p_start
-                        p_batch = new_batch((0, 0, 0.0, 0, decoders, runs.ctx, pages, page, 0, 0, bb))
-                        continue
+                if held is True and runs is not None and (not lag or (p_plan is NO_PLAN and p_batch.num_decode_seqs == decoders)):
+                    if runs.ready(s, t, decoders, c0_sum, pages, fin, due, na, p_start, p_dt, qnw, len(running), pool.shared_excess):  # type: ignore[union-attr]
+                        n = yield from runs.take(s, due, na, p_start, cap - len(log))
+                        if n:  # a run of quiet steps, as arrays (sim/engine/fastforward/runs.py)
+                            s, t, pages, due, na, p_dt, p_start = s + n, runs.t, runs.pages, runs.due, runs.na, \
+                                runs.p_dt, runs.p_start
+                            p_batch = new_batch((0, 0, 0.0, 0, decoders, runs.ctx, pages, page, 0, 0, bb))
+                            continue
+                    else:
+                        held = 2  # nor a run until what ready() reads changes (a pull, a pause, a non-quiet step)
                 if bucket or (sync_reg and buckets[(s1 + 1) % B]):  # else boundary() does nothing
                     pages += boundary(buckets, s1, lag, append_block, register)
                 if dec_n != decoders:
@@ -179,7 +178,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                         hand_over(k, running, s, None)
                         return t, None
                     na = yield from pause(k, running, s, (), end, na, next_arrival, real_counts)  # type: ignore[arg-type]
-                    due = next_due() if quiet else due  # type: ignore[misc]
+                    due, held = next_due() if quiet else due, True  # type: ignore[misc]
                 free_blocks = fq.size if fq is not None else kv.num_free_blocks
                 shared = pool.shared_excess if pool is not None else kv.shared_excess
                 comp = ctx - decoders if lag else ctx  # token states held when the record is taken
