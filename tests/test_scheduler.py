@@ -75,6 +75,31 @@ def test_watermark_applies_only_while_something_runs() -> None:
     assert s.admission.hopeless(s.kv, s.waiting.peek(), has_running=True)
 
 
+def test_admit_after_a_hopeless_check_decides_as_admit_does() -> None:
+    """``Admission.admit_hopeful`` (the waiting pass, right after ``hopeless`` said False) skips
+    the full-ISL reserve check ``hopeless`` has just made: the same decision, the same blocks and
+    the same recorded margins as ``admit``, on pools from empty to full, with and without a
+    watermark, for prompts that fit, fit exactly and do not fit."""
+    for watermark in (0, 2):
+        for used in range(0, 9):
+            for prompt in (4, 12, 16, 20, 32):
+                pools = []
+                for hopeful in (False, True):
+                    kv = PagedAllocator(10, 4, enable_caching=False)  # 9 usable blocks
+                    filler = req(9, 4 * used)
+                    if used:
+                        assert kv.allocate(filler, 4 * used)
+                    adm, r = Admission(watermark_blocks=watermark), req(0, prompt)
+                    if adm.hopeless(kv, r, bool(used)):
+                        pools.append(None)
+                        continue
+                    admit = adm.admit_hopeful if hopeful else adm.admit
+                    ok = admit(kv, r, min(prompt, 8), [], bool(used))
+                    pools.append((ok, list(r.kv.blocks) if r.kv else [], kv.num_free_blocks,
+                                  kv.headroom.pass_min, kv.headroom.fail_max))
+                assert pools[0] == pools[1], (watermark, used, prompt, pools)
+
+
 def test_recompute_preempts_the_last_running_request_to_the_queue_front() -> None:
     """8 usable blocks of 4: three 8-token prompts take 2 each; at the first decode each needs a
     3rd block, only 2 are free -> the last admitted request is preempted (recompute)."""
