@@ -188,9 +188,11 @@ class Replica(KernelViews, RouterSignals):
         env, k = self.env, self.kernel
         pausable = self._routed is not None
         hint = self._router_next if pausable else self._next_arrival_hint if self._router_next is not None else None
-        t, flight = yield from self._drive(fast_forward(k, order, env.now, flight, self._pull_due, hint,
-                                                        self.next_own_arrival, pausable, self._real_counts,
-                                                        self._lazy))
+        window = fast_forward(k, order, env.now, flight, self._pull_due, hint, self.next_own_arrival, pausable,
+                              self._real_counts, self._lazy)
+        if window is None:
+            return flight  # nothing in bulk from here
+        t, flight = yield from self._drive(window)
         if t > env.now:
             if self.on_progress:
                 self.on_progress(self)

@@ -51,9 +51,10 @@ PROGRESS_EVERY = 2048  # records a window appends between calls of the replica's
 
 def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None, pull_due: Pull,
                  next_arrival: NextArrival | None = None, next_due: NextArrival | None = None,
-                 pausable: bool = False, real_counts: bool = True, lazy: bool = False) -> Window:
-    """Run as many steps as can be done in bulk; return ``(time, step in flight)`` at the end.
-    A generator: when ``pausable`` it yields the times to sleep until while a router acts.
+                 pausable: bool = False, real_counts: bool = True, lazy: bool = False) -> Window | None:
+    """The window that runs as many steps as can be done in bulk, returning ``(time, step in
+    flight)`` at the end (None: none can be). A generator: when ``pausable`` it yields the
+    times to sleep until while a router acts (the replica drives it, one generator deep).
 
     Sync: ``flight`` is None, the window starts at ``t`` and returns when the next exact step
     starts. Async: ``flight`` is the step the exact loop just launched; it returns the step in
@@ -67,14 +68,13 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     Not in bulk: paper-v0's prefill-only steps, swapped requests waiting, and speculative
     decoding (decoders advance by their accepted drafts, not in lockstep).
     """
-    sched = k.sched  # (a generator, by its ``yield from`` below, even when it returns at once)
+    sched = k.sched
     if sched.swapped or not sched.mixed_steps or sched.spec_tokens or not sched.running:
-        return t, flight
+        return None
     ok, part = carried(sched.running, order.decoding)
     if not ok:
-        return t, flight
-    return (yield from _window(k, order.lag, t, flight, pull_due, next_arrival, next_due, pausable,
-                               real_counts, part, lazy))
+        return None
+    return _window(k, order.lag, t, flight, pull_due, next_arrival, next_due, pausable, real_counts, part, lazy)
 
 
 def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pull,
