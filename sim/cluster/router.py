@@ -179,9 +179,9 @@ class Router:
                 self._release()  # every arrival of the last instant is routed
                 yield from wake_at(env, r.arrival_s)
             self._next = i + 1
-            n = len(self.reps) if self.active is None else max(1, min(self.active(env.now), len(self.reps)))
             st.now = env.now
-            k = self.choose(r, self.reps[:n], st)
+            k = self.choose(r, self.reps if self.active is None else
+                            self.reps[:max(1, min(self.active(env.now), len(self.reps)))], st)
             if view is not None:
                 view.routed(r, self.reps[k], env.now)
             self.assigned[r.uid] = k

@@ -141,7 +141,8 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
 
     def append_blocks(self, steps: list[list[Request]], n: int) -> None:
         new, g = self.pool.get_new_blocks(n), steps[0]
-        if all(x is g for x in steps):  # one bucket of k: request i takes new[i], new[i + k], ...
+        if steps.count(g) == len(steps):  # one bucket of k: request i takes new[i], new[i + k], ...
+            # (buckets are disjoint and not empty: one equals g only if it is g)
             assert n == len(g) * len(steps), "pops for another number of crossings"
             for i, r in enumerate(g):
                 r.kv.blocks.extend(new[i::len(g)])

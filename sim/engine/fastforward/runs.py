@@ -215,7 +215,7 @@ class QuietRuns:
         ev, buckets, s0, B = self.ev, self.buckets, self.s0, self.B
         steps = ev[bisect_right(ev, a):bisect_right(ev, b)]
         if self.bulk and len(steps) > 1:  # async: each step appends, then registers what filled a step before
-            crossing = [buckets[(s0 + j) % B] for j in steps]
+            crossing = [buckets[(s0 + steps[0]) % B]] * len(steps) if self.lone else [buckets[(s0 + j) % B] for j in steps]
             self.blocks.append_blocks(crossing, self._p(b) - self._p(a))  # pops first: they commute with registrations in the map
             if (reg := self.register) is not None:  # one bucket: its last registration covers the others
                 i = len(steps) - 1 if self.lone else 0
