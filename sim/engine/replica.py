@@ -196,7 +196,7 @@ class Replica(KernelViews, RouterSignals):
         if t > env.now:
             if self.on_progress:
                 self.on_progress(self)
-            yield from sleep_until(env, t)
+            yield from sleep_until(env, t) if flight is not None else self._idle_from(t)
             if self.check:
                 k.kv.check(k.sched.running)
         return flight
@@ -243,6 +243,23 @@ class Replica(KernelViews, RouterSignals):
         self.idle = False
         self._wake = None
         return False
+
+    def _idle_from(self, t: float) -> Generator[simpy.Event, Any, None]:
+        """Sleep to ``t``, the end of the window's last step; drained (nothing runs, waits, is
+        swapped out, unpulled or held by a KV connector), wait for a submission right away: one
+        SimPy event less a request on a quiet fleet; its count reads 0 all along. (A window ends
+        its last step before a router's next arrival, so none comes before ``t``; one that did
+        would be seen at ``t``, as by the exact loop, busy until then.)"""
+        env, k = self.env, self.kernel
+        s = k.sched
+        if s.running or s.num_waiting or s.swapped or self._cursor < len(self._inbox) or k.kv.connector is not None:
+            yield from sleep_until(env, t)
+            return
+        self._wake, self.idle = env.event(), k.virtual_at is None and not k.virtual_tokens
+        yield self._wake
+        self._wake, self.idle = None, False
+        if env.now < t:
+            yield from sleep_until(env, t)
 
     def wake(self) -> None:
         """Wake an idle loop (a KV connector's transfer landed, or its blocks were sent)."""
