@@ -230,34 +230,35 @@ class Replica(KernelViews, RouterSignals):
         """Idle: wait for the next arrival of our own inbox or a submission (never polls).
         False when woken by a submission that is still to be pulled."""
         env = self.env
-        self._wake = env.event()
         if self._cursor < len(self._inbox):  # a future arrival from our own inbox
+            self._wake = env.event()
             nxt = self._cursor
             yield first_of(env.timeout(max(self._inbox[nxt].arrival_s - env.now, 0.0)), self._wake)
             self._wake = None
             self._pull(env.now, force=nxt + 1)
             return True
+        yield from self._await_submission()
+        return False
+
+    def _await_submission(self) -> Generator[simpy.Event, Any, None]:
+        """Wait, with nothing to do, for :meth:`submit` or :meth:`wake`; a router reads 0 meanwhile."""
         k = self.kernel
+        self._wake = self.env.event()
         self.idle = k.virtual_at is None and not k.virtual_tokens  # (the loop's own, unchanged while it waits)
         yield self._wake
         self.idle = False
         self._wake = None
-        return False
 
     def _idle_from(self, t: float) -> Generator[simpy.Event, Any, None]:
         """Sleep to ``t``, the end of the window's last step; drained (nothing runs, waits, is
-        swapped out, unpulled or held by a KV connector), wait for a submission right away: one
-        SimPy event less a request on a quiet fleet; its count reads 0 all along. (A window ends
-        its last step before a router's next arrival, so none comes before ``t``; one that did
-        would be seen at ``t``, as by the exact loop, busy until then.)"""
-        env, k = self.env, self.kernel
-        s = k.sched
+        swapped out, unpulled or held by a KV connector), await a submission at once: one event
+        less a request. (None comes before ``t``, a router's next arrival being after the
+        window; one that did would be seen at ``t``, as by the exact loop, busy until then.)"""
+        env, k, s = self.env, self.kernel, self.kernel.sched
         if s.running or s.num_waiting or s.swapped or self._cursor < len(self._inbox) or k.kv.connector is not None:
             yield from sleep_until(env, t)
             return
-        self._wake, self.idle = env.event(), k.virtual_at is None and not k.virtual_tokens
-        yield self._wake
-        self._wake, self.idle = None, False
+        yield from self._await_submission()
         if env.now < t:
             yield from sleep_until(env, t)
 
