@@ -110,6 +110,14 @@ class LinearBreakdown(NamedTuple):
     usable: int
     null_slots: int
 
+    def split(self, free: int, shared: int, computed: int) -> tuple[int, int, int, int, int]:
+        """The five fields of ``breakdown`` (token states, reserved, internal, external, free
+        slots), as above."""
+        B = self.block_size
+        used = self.usable - free
+        internal = (used + shared) * B - computed
+        return used * B - internal, 0, internal, self.null_slots, free * B
+
 
 class DecodeBlocks(Protocol):
     """What fast-forward asks of a block pool while decoders run in bulk (a paged allocator)."""

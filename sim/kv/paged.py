@@ -48,7 +48,8 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         super().__init__(num_blocks, block_size, (KvGroup(),), null_block=null_block, free_order=free_order,
                          enable_caching=enable_caching)
         self.exact_fill = exact_fill  # shared blocks may be partial (fork mode): see breakdown
-        self._null_slots = (num_blocks - self.usable_blocks) * block_size
+        null_slots = (num_blocks - self.usable_blocks) * block_size  # the null block: external
+        self._lin = LinearBreakdown(block_size, self.usable_blocks, null_slots)  # breakdown's constants
         self.sharing = ForkSharing(self)
         self.layout = PagedLayout(self)
         self.headroom = self._margin = Margin()
@@ -169,16 +170,12 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         """
         if self.exact_fill:
             return self._exact_breakdown(live)
-        B = self.block_size
         pool = self.pool
-        free = pool.free_queue.size
-        used = self.usable_blocks - free
-        internal = (used + pool.shared_excess) * B - computed_tokens
-        return _breakdown((used * B - internal, 0, internal, self._null_slots, free * B))
+        return _breakdown(self._lin.split(pool.free_queue.size, pool.shared_excess, computed_tokens))
 
     def linear_breakdown(self) -> LinearBreakdown | None:
         """:meth:`breakdown`'s constants (fork mode's exact fill is not linear)."""
-        return None if self.exact_fill else LinearBreakdown(self.block_size, self.usable_blocks, self._null_slots)
+        return None if self.exact_fill else self._lin
 
     def _exact_breakdown(self, live: Iterable[Request]) -> MemoryBreakdown:
         B = self.block_size
@@ -192,5 +189,4 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         free = self.pool.free_queue.size
         used = self.usable_blocks - free
         tok = sum(fill.values())
-        null = (self.num_blocks - self.usable_blocks) * B
-        return _breakdown((tok, 0, used * B - tok, null, free * B))
+        return _breakdown((tok, 0, used * B - tok, self._lin.null_slots, free * B))

@@ -37,12 +37,10 @@ def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
         k.finish(done, start + dt)
     sched, kv, lin = k.sched, k.kv, k.lin
     running = sched.running
-    if lin is not None:  # KvAllocator.breakdown, inline (a paged pool: sim/kv/base.py LinearBreakdown)
+    if lin is not None:  # KvAllocator.breakdown of a paged pool, without its calls (sim/kv/base.py)
         pool = k.decode_blocks.pool  # type: ignore[union-attr]
-        free_blocks, shared, B = pool.free_queue.size, pool.shared_excess, lin.block_size
-        used = lin.usable - free_blocks
-        internal = (used + shared) * B - computed
-        tok, res, ext, free = used * B - internal, 0, lin.null_slots, free_blocks * B
+        free_blocks, shared = pool.free_queue.size, pool.shared_excess
+        tok, res, internal, ext, free = lin.split(free_blocks, shared, computed)
     else:
         tok, res, internal, ext, free = kv.breakdown(running, computed, waiting=sched.waiting.peek() if nw else None)
         free_blocks, shared = kv.num_free_blocks, kv.shared_excess

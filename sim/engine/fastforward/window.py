@@ -182,7 +182,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 free_blocks = fq.size if fq is not None else kv.num_free_blocks
                 shared = pool.shared_excess if pool is not None else kv.shared_excess
                 comp = ctx - decoders if lag else ctx  # token states held when the record is taken
-                if lin is not None:  # KvAllocator.breakdown, inline (sim/kv/base.py LinearBreakdown)
+                if lin is not None:  # LinearBreakdown.split, inline (the hottest path: no call)
                     used = usable - free_blocks
                     internal = (used + shared) * B - comp
                     tok, res, ext, free = used * B - internal, 0, nulls, free_blocks * B
