@@ -178,9 +178,29 @@ static PyObject *fold_run(PyObject *self, PyObject *args) {
     Sums s;
     if (get_state(o_acc, o_ic, &va, &vi, &s, (double)B) < 0) goto r3;
     int64_t tok0 = -(comp0 + shared * B), int0 = (usable - free0 + shared) * B + comp0, free_slots = free0 * B;
+    /* A run's pool (the five categories' sum), reserved slots (0) and external ones (nulls) are
+     * the same on every row: their shares are divided once, the values fold_row divides on each
+     * row. The rest is fold_row's arithmetic in its order, so the sums are the same floats. */
+    double pool = (double)(tok0 + int0 + nulls + free_slots);
+    double share_res = (double)0 / pool, share_ext = (double)nulls / pool, sv = (double)shared;
+    double *acc = s.acc;
     for (Py_ssize_t r = a; r < b; r++) {
         int64_t ctx = AT(vc, int64_t, r), cumB = AT(vu, int64_t, r) * B;
-        fold_row(&s, AT(vd, double, r + 1 - lag), tok0 + ctx, 0, int0 + cumB - ctx, nulls, free_slots - cumB, shared);
+        int64_t tok = tok0 + ctx, inl = int0 + cumB - ctx, fre = free_slots - cumB;
+        double w = AT(vd, double, r + 1 - lag);
+        double share[5] = {(double)tok / pool, share_res, (double)inl / pool, share_ext, (double)fre / pool};
+        acc[0] = acc[0] + w;
+        for (int c = 0; c < 5; c++) {
+            double ws = share[c] * w;
+            acc[1 + c] = acc[1 + c] + ws;
+            acc[6 + c] = acc[6 + c] + share[c];
+        }
+        int64_t held = tok + inl;
+        if (held > s.ic[1]) s.ic[1] = held;
+        double hb = (double)held / s.B;
+        if (hb < 1.0) hb = 1.0;
+        acc[11] = acc[11] + sv / (sv + hb);
+        s.ic[0] += 1;
     }
     PyBuffer_Release(&va);
     PyBuffer_Release(&vi);
