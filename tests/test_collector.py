@@ -1,4 +1,5 @@
-"""A run holds the cyclic collector back and gives it back as it found it."""
+"""A run holds the cyclic collector back and gives it back as it found it; so does building a
+trace's requests."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import gc
 import pytest
 
 from sim.config import make_config
-from sim.engine.collector import GEN0, fewer_collections
+from sim.engine.collector import GEN0, fewer_collections, paused
+from sim.io.ingest import make_requests
 from sim.run.simulate import simulate
 
 
@@ -54,3 +56,35 @@ def test_simulate_leaves_the_collector_as_it_was(bundled_trace) -> None:
     assert len(res.requests) == len(bundled_trace.df)
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_paused_turns_collection_off_and_gives_back_what_it_found(enabled: bool) -> None:
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        with pytest.raises(RuntimeError), paused():
+            assert not gc.isenabled()
+            raise RuntimeError("a build that fails")
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_requests_are_built_without_collections_and_the_collector_is_back_after(bundled_trace,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from sim.request import Request
+
+    seen: list[bool] = []
+    init = Request.__init__
+
+    def spy(self: Request, *a: object, **k: object) -> None:
+        seen.append(gc.isenabled())
+        init(self, *a, **k)
+
+    monkeypatch.setattr(Request, "__init__", spy)
+    assert gc.isenabled()
+    reqs = make_requests(bundled_trace, make_config(model="llama-3.1-8b", gpu="h100"))
+    assert len(seen) == len(reqs) == len(bundled_trace.df)
+    assert not any(seen)
+    assert gc.isenabled()

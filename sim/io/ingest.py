@@ -7,9 +7,12 @@ that is admitted and forked together (:mod:`sim.sched.paper_v0`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from sim.config.schema import SimConfig
+from sim.engine.collector import paused
 from sim.request import Request
 from workloads.resolution import spread_arrivals
 from workloads.schema import Trace
@@ -48,8 +51,15 @@ def make_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
     tph = df["tokens_per_hash"].to_numpy(np.int64).tolist() if "tokens_per_hash" in df else None
     caching = bool(cfg.resolved("enable_prefix_caching"))
     fork = cfg.resolved("sharing") == "fork-cow" and cfg.allocator == "paged"
+    with paused():  # every request lives on: no collection walks them as they pile up (collector.py)
+        return _requests(len(arrival), arrival, prompt, output, rid, prio, nsamp, beam, ids, hids, tph, caching, fork)
+
+
+def _requests(n: int, arrival: list[float], prompt: list[int], output: list[int], rid: list[str],
+              prio: list[int] | None, nsamp: list[int] | None, beam: list[int] | None, ids: list[Any] | None,
+              hids: list[Any] | None, tph: list[int] | None, caching: bool, fork: bool) -> list[Request]:
     out: list[Request] = []
-    for i in range(len(arrival)):
+    for i in range(n):
         content: object = None
         if caching:
             if ids is not None and isinstance(ids[i], (list, tuple, np.ndarray)):

@@ -13,6 +13,7 @@ Sequence groups (paper-v0 fork mode) link requests to each other, so they are pa
 from __future__ import annotations
 
 from sim.config.schema import SimConfig
+from sim.engine.collector import paused
 from sim.io.ingest import make_requests
 from sim.request import Request
 from sim.run.static import content_hash_of
@@ -35,12 +36,14 @@ def fresh_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
     if key in _ROWS:
         rows = _ROWS[key]
         if rows is not None:
-            return [Request(*row) for row in rows]
+            with paused():  # a bulk that all lives on (sim/engine/collector.py)
+                return [Request(*row) for row in rows]
         return make_requests(trace, cfg)
     reqs = make_requests(trace, cfg)
     if len(_ROWS) >= MAX_TRACES:
         _ROWS.clear()
-    _ROWS[key] = None if any(r.group is not None for r in reqs) else [
-        (r.uid, r.request_id, r.arrival_s, r.prompt_tokens, r.output_tokens, r.priority, r.content, r.parent)
-        for r in reqs]
+    with paused():
+        _ROWS[key] = None if any(r.group is not None for r in reqs) else [
+            (r.uid, r.request_id, r.arrival_s, r.prompt_tokens, r.output_tokens, r.priority, r.content, r.parent)
+            for r in reqs]
     return reqs
