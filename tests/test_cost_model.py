@@ -96,6 +96,25 @@ def test_step_is_gpu_times_eta_or_the_launch_floor_plus_cpu_terms() -> None:
     assert cost().step_time(small) < cost().step_time(big) < 32e-3
 
 
+def test_a_prefill_only_step_is_looked_up_as_the_same_float_and_others_are_computed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from sim.cost import calibrated
+
+    monkeypatch.setattr(calibrated, "PREFILLS_KEPT", 4)  # a small memory: it forgets, then fills again
+    st = resolve_stack("vllm")
+    c, fresh = cost(tp=2, st=st), cost(tp=2, st=st)
+    prefills = [batch_for(prefill_tokens=n, batch=k) for n in (1, 17, 512, 2048) for k in (1, 3)]
+    others = [DECODE, PREFILL._replace(num_decode_seqs=4, decode_context_tokens=4000, pages_touched=252)]
+    compute, computed = calibrated.CalibratedCost._step_time, []
+    monkeypatch.setattr(calibrated.CalibratedCost, "_step_time",
+                        lambda self, b: computed.append(b) or compute(self, b))
+    for _ in range(2):
+        for b in prefills[:4] + others:
+            assert c.step_time(b) == compute(fresh, b)
+    assert computed == prefills[:4] + others + others  # each prefill once, the mixed ones every time
+    for b in prefills:  # past the memory's size: every value is still the computed one
+        assert c.step_time(b) == compute(fresh, b)
+
+
 def test_parts_add_up_to_the_step() -> None:
     c = cost(tp=2, st=resolve_stack("vllm"))
     for b in (DECODE, PREFILL, batch_for(batch=64, context=3000, decode=True)):

@@ -41,6 +41,7 @@ NO_DATA = ("no calibration data committed yet; run calibration/run_gpu.py on a G
            "or use --cost-model roofline")
 ETA_BW, ETA_C = 0.9, 0.8  # roofline fallback for a term no file covers (H200 measurement, specs.md)
 GEMM_KEYS = ("c0", "c_w", "c_act", "c_fl", "c_roof")
+PREFILLS_KEPT = 1 << 16  # prefill-only step times remembered (then forgotten all at once)
 
 
 class CalibratedCost:
@@ -48,7 +49,7 @@ class CalibratedCost:
 
     __slots__ = (
         "_async", "_attn", "_basis", "_cpu", "_d2h", "_dense", "_eta", "_eta_attn", "_eta_tok", "_fixed",
-        "_floor", "_fn", "_fs", "_gemms", "_h2d", "_idle", "_lm", "_moe", "_per_seq", "_pf", "_pf2", "_roof",
+        "_floor", "_fn", "_fs", "_gemms", "_h2d", "_idle", "_lm", "_moe", "_per_seq", "_pf", "_pf2", "_prefills", "_roof",
         "_sched", "_slab", "gpu", "labels", "model", "stack", "tp",
     )
 
@@ -98,6 +99,7 @@ class CalibratedCost:
         self._h2d = 1.0 / ((copy or {}).get("h2d_gbps", gpu.pcie_gbps) * 1e9)
         self._d2h = 1.0 / ((copy or {}).get("d2h_gbps", gpu.pcie_gbps) * 1e9)
         self._fn: dict[int, float] = {}
+        self._prefills: dict[StepBatch, float] = {}
         self._fs: dict[int, float] = {}
         self._fixed = self._n_part(0) + self._s_part(0) + self._attn[0]  # token-independent kernel time
         self._eta_tok = stack.eta_tok or self._eta
@@ -186,6 +188,19 @@ class CalibratedCost:
         return t if t > r else r
 
     def step_time(self, batch: StepBatch) -> float:
+        """A step's time. A prefill-only step (no decodes: a request reaching an idle replica,
+        once a request in a day on many replicas) is looked up: its batch depends on the prompt
+        alone, and the prompts of a trace repeat. Other batches seldom repeat: computed."""
+        if batch[4] or not batch[0]:
+            return self._step_time(batch)
+        t = self._prefills.get(batch)
+        if t is None:
+            if len(self._prefills) >= PREFILLS_KEPT:
+                self._prefills.clear()
+            t = self._prefills[batch] = self._step_time(batch)
+        return t
+
+    def _step_time(self, batch: StepBatch) -> float:
         pt, ps, dec, so, si = batch[0], batch[1], batch[4], batch[8], batch[9]
         if pt + dec == 0:
             return self._idle + (self._swap(batch) if so or si else 0.0)
