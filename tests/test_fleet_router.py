@@ -95,6 +95,21 @@ def test_least_outstanding_tokens_picks_the_fewest_per_weight_and_rotates_ties()
     assert least_outstanding(None, reps(400, 900, 600), st) == 0  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("best", ["min", "max"])
+def test_ties_take_turns_in_index_order_with_the_counter(best: str) -> None:
+    """``rotate_ties``: the best value's ties, the counter (after its step) modulo their number
+    picks among them, in index order; a lone best is picked whatever the counter."""
+    from sim.cluster.policies import RouterState, rotate_ties
+
+    values = [3, 1, 5, 1, 5, 1, 2]
+    ties = [1, 3, 5] if best == "min" else [2, 4]
+    for c in range(7):
+        st = RouterState([1.0], 16, counter=c)
+        assert rotate_ties(values, st, best=best) == ties[(c + 1) % len(ties)]
+        assert st.counter == c + 1
+    assert rotate_ties([4.0, 0.5, 2.0], RouterState([1.0], 16, counter=5), best=best) == (1 if best == "min" else 0)
+
+
 def test_an_idle_replica_has_no_outstanding_tokens(bundled_trace: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """``Replica.idle`` (read by least-outstanding-tokens instead of the property) is set only
     when the property reads 0, and ``Replica.surely_busy`` only while it reads >= 1: checked at

@@ -50,9 +50,12 @@ def rotate_ties(values: Sequence[float], st: RouterState, *, best: str = "min") 
     """Index of the best value; among equal ones, rotate with the router's counter (all idle
     replicas get turns instead of replica 0 getting everything)."""
     v = min(values) if best == "min" else max(values)
-    ties = [i for i, x in enumerate(values) if x == v]
     st.counter += 1
-    return ties[st.counter % len(ties)]
+    k = st.counter % values.count(v)  # the k-th of the ties, found by the sequence's own scans
+    i = values.index(v)
+    for _ in range(k):
+        i = values.index(v, i + 1)
+    return i
 
 
 def round_robin(req: Request, reps: Sequence[Replica], st: RouterState) -> int:

@@ -142,9 +142,11 @@ class _Urgent(simpy.events.Event):
 
 def wake_at(env: simpy.Environment, t: float) -> Generator[simpy.Event, Any, None]:
     """Sleep until exactly ``t`` (a midpoint hop when ``now + (t - now)`` would round off)."""
-    if env.now + (t - env.now) != t:
-        yield _Urgent(env, (t - env.now) / 2)
-    yield _Urgent(env, t - env.now)
+    now = env.now
+    if now + (t - now) != t:
+        yield _Urgent(env, (t - now) / 2)
+        now = env.now
+    yield _Urgent(env, t - now)
 
 
 class Router:

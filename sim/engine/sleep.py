@@ -16,8 +16,9 @@ import simpy
 def sleep_until(env: simpy.Environment, t: float, wake: simpy.Event | None = None) -> Generator[simpy.Event, Any, None]:
     """Advance ``env.now`` to exactly ``t``; with ``wake``, or less: until it fires (then
     ``env.now < t``)."""
-    if env.now + (t - env.now) != t:
-        dt = (t - env.now) / 2
+    now = env.now
+    if now + (t - now) != t:
+        dt = (t - now) / 2
         yield env.timeout(dt) if wake is None else first_of(env.timeout(dt), wake)
     if wake is None or not wake.triggered:
         dt = t - env.now
