@@ -7,8 +7,8 @@ import gc
 
 import pytest
 
+from sim.collector import GEN0, fewer_collections, paused
 from sim.config import make_config
-from sim.engine.collector import GEN0, fewer_collections, paused
 from sim.io.ingest import make_requests
 from sim.run.simulate import simulate
 
@@ -34,7 +34,7 @@ def test_the_collector_is_given_back_when_the_run_raises() -> None:
 def test_objects_the_process_froze_itself_stay_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing is frozen or thawed then. (Counting frozen objects before and after is not a test
     of that: another thread of the process, pytest-xdist's, may free a frozen object meanwhile.)"""
-    from sim.engine import collector
+    from sim import collector
 
     calls: list[str] = []
     gc.freeze()

@@ -34,7 +34,7 @@ from sim.cluster.router import RouterSpec, wake_at
 from sim.cluster.slo import Slo
 from sim.cluster.spec import ClusterSpec, Instance
 from sim.cluster.view import make_view
-from sim.engine.collector import fewer_collections
+from sim.collector import fewer_collections
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
 from sim.io.ingest import make_requests

@@ -23,8 +23,8 @@ from sim.cluster.policies import RouterState
 from sim.cluster.router import Router, RouterSpec, assign_static, parse_router
 from sim.cluster.slo import Slo
 from sim.cluster.view import make_view
+from sim.collector import fewer_collections
 from sim.config.schema import SimConfig
-from sim.engine.collector import fewer_collections
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
 from sim.io.ingest import make_requests

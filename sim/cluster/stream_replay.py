@@ -21,8 +21,8 @@ import pandas as pd
 import simpy
 
 from sim.cluster.router import Router, RouterState, parse_router
+from sim.collector import fewer_collections
 from sim.config.schema import SimConfig
-from sim.engine.collector import fewer_collections
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
 from sim.io import stream

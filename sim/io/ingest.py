@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.collector import paused
 from sim.config.schema import SimConfig
-from sim.engine.collector import paused
 from sim.request import Request
 from workloads.resolution import spread_arrivals
 from workloads.schema import Trace

@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from sim.collector import fewer_collections
 from sim.config.schema import SimConfig
-from sim.engine.collector import fewer_collections
 from sim.engine.replica import Replica
 from sim.io.ingest import make_requests
 from sim.io.records import StepLog

@@ -12,8 +12,8 @@ Sequence groups (paper-v0 fork mode) link requests to each other, so they are pa
 
 from __future__ import annotations
 
+from sim.collector import paused
 from sim.config.schema import SimConfig
-from sim.engine.collector import paused
 from sim.io.ingest import make_requests
 from sim.request import Request
 from sim.run.static import content_hash_of
@@ -36,7 +36,7 @@ def fresh_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
     if key in _ROWS:
         rows = _ROWS[key]
         if rows is not None:
-            with paused():  # a bulk that all lives on (sim/engine/collector.py)
+            with paused():  # a bulk that all lives on (sim/collector.py)
                 return [Request(*row) for row in rows]
         return make_requests(trace, cfg)
     reqs = make_requests(trace, cfg)

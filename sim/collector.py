@@ -1,4 +1,4 @@
-"""The cyclic garbage collector, held back while an engine runs.
+"""The cyclic garbage collector, held back while an engine runs or a trace's requests are built.
 
 A run allocates millions of short-lived containers (step tuples, block lists, SimPy events)
 that reference counting frees on its own. CPython's cyclic collector still walks the young
