@@ -41,7 +41,8 @@ NO_DATA = ("no calibration data committed yet; run calibration/run_gpu.py on a G
            "or use --cost-model roofline")
 ETA_BW, ETA_C = 0.9, 0.8  # roofline fallback for a term no file covers (H200 measurement, specs.md)
 GEMM_KEYS = ("c0", "c_w", "c_act", "c_fl", "c_roof")
-PREFILLS_KEPT = 1 << 16  # prefill-only step times remembered (then forgotten all at once)
+PREFILLS_KEPT = 1 << 12  # prefill-only step times remembered, then forgotten all at once: about 1 MB
+# (the conv trace has 2,339 distinct prompt lengths; sim/run/static.py keeps up to 256 cost models)
 
 
 class CalibratedCost:
