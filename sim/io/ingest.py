@@ -7,8 +7,6 @@ that is admitted and forked together (:mod:`sim.sched.paper_v0`).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from sim.collector import paused
@@ -51,34 +49,28 @@ def make_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
     tph = df["tokens_per_hash"].to_numpy(np.int64).tolist() if "tokens_per_hash" in df else None
     caching = bool(cfg.resolved("enable_prefix_caching"))
     fork = cfg.resolved("sharing") == "fork-cow" and cfg.allocator == "paged"
-    with paused():  # every request lives on: no collection walks them as they pile up (collector.py)
-        return _requests(len(arrival), arrival, prompt, output, rid, prio, nsamp, beam, ids, hids, tph, caching, fork)
-
-
-def _requests(n: int, arrival: list[float], prompt: list[int], output: list[int], rid: list[str],
-              prio: list[int] | None, nsamp: list[int] | None, beam: list[int] | None, ids: list[Any] | None,
-              hids: list[Any] | None, tph: list[int] | None, caching: bool, fork: bool) -> list[Request]:
     out: list[Request] = []
-    for i in range(n):
-        content: object = None
-        if caching:
-            if ids is not None and isinstance(ids[i], (list, tuple, np.ndarray)):
-                content = ("ids", tuple(int(x) for x in ids[i]))
-            elif hids is not None and isinstance(hids[i], (list, tuple, np.ndarray)) and len(hids[i]):
-                content = ("hash", tuple(int(x) for x in hids[i]), int(tph[i]) if tph else 512)
-        width = beam[i] if beam else 1
-        fan = max(nsamp[i] if nsamp else 1, width)
-        if fan > 1 and content is None and caching:
-            content = ("shared", i)
-        parent = len(out) if fan > 1 else -1
-        group: list[Request] | None = [] if fork and fan > 1 else None
-        for k in range(fan):
-            r = Request(
-                uid=len(out), request_id=rid[i] if fan == 1 else f"{rid[i]}#{k}",
-                arrival_s=arrival[i], prompt_tokens=prompt[i], output_tokens=output[i],
-                priority=prio[i] if prio else 0, content=content, parent=parent,
-                group=group, beam=group is not None and width > 1)
-            if group is not None:
-                group.append(r)
-            out.append(r)
+    with paused():  # every request lives on: no collection walks them as they pile up (collector.py)
+        for i in range(len(arrival)):
+            content: object = None
+            if caching:
+                if ids is not None and isinstance(ids[i], (list, tuple, np.ndarray)):
+                    content = ("ids", tuple(int(x) for x in ids[i]))
+                elif hids is not None and isinstance(hids[i], (list, tuple, np.ndarray)) and len(hids[i]):
+                    content = ("hash", tuple(int(x) for x in hids[i]), int(tph[i]) if tph else 512)
+            width = beam[i] if beam else 1
+            fan = max(nsamp[i] if nsamp else 1, width)
+            if fan > 1 and content is None and caching:
+                content = ("shared", i)
+            parent = len(out) if fan > 1 else -1
+            group: list[Request] | None = [] if fork and fan > 1 else None
+            for k in range(fan):
+                r = Request(
+                    uid=len(out), request_id=rid[i] if fan == 1 else f"{rid[i]}#{k}",
+                    arrival_s=arrival[i], prompt_tokens=prompt[i], output_tokens=output[i],
+                    priority=prio[i] if prio else 0, content=content, parent=parent,
+                    group=group, beam=group is not None and width > 1)
+                if group is not None:
+                    group.append(r)
+                out.append(r)
     return out
