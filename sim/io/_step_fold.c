@@ -32,25 +32,29 @@ typedef struct {
     double B;
 } Sums;
 
-static inline void fold_row(Sums *s, double w, int64_t tok, int64_t res, int64_t inl, int64_t ext,
-                            int64_t fre, int64_t saved) {
+/* one row from its five shares of the pool (each category / the pool's slots), its held slots
+ * (token states + internal + reserved) and its blocks saved */
+static inline void fold_shares(Sums *s, double w, const double share[5], int64_t held, double sv) {
     double *acc = s->acc;
-    double pool = (double)(tok + res + inl + ext + fre);
-    int64_t cats[5] = {tok, res, inl, ext, fre};
     acc[0] = acc[0] + w;
     for (int c = 0; c < 5; c++) {
-        double share = (double)cats[c] / pool;
-        double ws = share * w;
+        double ws = share[c] * w;
         acc[1 + c] = acc[1 + c] + ws;
-        acc[6 + c] = acc[6 + c] + share;
+        acc[6 + c] = acc[6 + c] + share[c];
     }
-    int64_t held = tok + inl + res;
     if (held > s->ic[1]) s->ic[1] = held;
     double hb = (double)held / s->B;
     if (hb < 1.0) hb = 1.0;
-    double sv = (double)saved;
     acc[11] = acc[11] + sv / (sv + hb);
     s->ic[0] += 1;
+}
+
+static inline void fold_row(Sums *s, double w, int64_t tok, int64_t res, int64_t inl, int64_t ext,
+                            int64_t fre, int64_t saved) {
+    double pool = (double)(tok + res + inl + ext + fre);
+    double share[5] = {(double)tok / pool, (double)res / pool, (double)inl / pool, (double)ext / pool,
+                       (double)fre / pool};
+    fold_shares(s, w, share, tok + inl + res, (double)saved);
 }
 
 /* a buffer of 8-byte items: 'f' float64, 'i' int64; 1-D, any stride */
@@ -180,27 +184,14 @@ static PyObject *fold_run(PyObject *self, PyObject *args) {
     int64_t tok0 = -(comp0 + shared * B), int0 = (usable - free0 + shared) * B + comp0, free_slots = free0 * B;
     /* A run's pool (the five categories' sum), reserved slots (0) and external ones (nulls) are
      * the same on every row: their shares are divided once, the values fold_row divides on each
-     * row. The rest is fold_row's arithmetic in its order, so the sums are the same floats. */
+     * row; fold_shares adds them up as for any row, so the sums are the same floats. */
     double pool = (double)(tok0 + int0 + nulls + free_slots);
     double share_res = (double)0 / pool, share_ext = (double)nulls / pool, sv = (double)shared;
-    double *acc = s.acc;
     for (Py_ssize_t r = a; r < b; r++) {
         int64_t ctx = AT(vc, int64_t, r), cumB = AT(vu, int64_t, r) * B;
         int64_t tok = tok0 + ctx, inl = int0 + cumB - ctx, fre = free_slots - cumB;
-        double w = AT(vd, double, r + 1 - lag);
         double share[5] = {(double)tok / pool, share_res, (double)inl / pool, share_ext, (double)fre / pool};
-        acc[0] = acc[0] + w;
-        for (int c = 0; c < 5; c++) {
-            double ws = share[c] * w;
-            acc[1 + c] = acc[1 + c] + ws;
-            acc[6 + c] = acc[6 + c] + share[c];
-        }
-        int64_t held = tok + inl;
-        if (held > s.ic[1]) s.ic[1] = held;
-        double hb = (double)held / s.B;
-        if (hb < 1.0) hb = 1.0;
-        acc[11] = acc[11] + sv / (sv + hb);
-        s.ic[0] += 1;
+        fold_shares(&s, AT(vd, double, r + 1 - lag), share, tok + inl, sv);
     }
     PyBuffer_Release(&va);
     PyBuffer_Release(&vi);
