@@ -28,17 +28,17 @@ from sim.engine.fastforward.ordering import Order, order_of
 from sim.engine.fastforward.pause import Nap
 from sim.engine.fastforward.window import Window, fast_forward
 from sim.engine.resumes import clearing
-from sim.engine.signals import RouterSignals
-from sim.engine.sleep import first_of, sleep_until
+from sim.engine.sleep import sleep_until
 from sim.engine.step import InFlight, StepKernel
 from sim.engine.views import KernelViews
+from sim.engine.waits import Waits
 from sim.io.rejects import KV_POOL, Rejection
 from sim.request import Request, Status
 
 NEVER_FITS = "cannot be scheduled even on an idle engine: does not fit the KV pool"  # code kv_pool
 
 
-class Replica(KernelViews, RouterSignals):
+class Replica(KernelViews, Waits):
     """One serving instance: a step kernel (scheduler + allocator + cost model) driven by SimPy."""
 
     def __init__(
@@ -69,6 +69,7 @@ class Replica(KernelViews, RouterSignals):
         self._real_counts = True
         self._lazy = False
         self._wake: simpy.Event | None = None
+        self._napping = False  # in a wakeable nap: wake() interrupts it
         #: the time of the step being planned (also inside a fast-forward window): KV events' stamp
         self.clock = 0.0
         self._ot: int | None = None  # the requests' outstanding tokens while the loop sleeps (resumes.py)
@@ -81,8 +82,7 @@ class Replica(KernelViews, RouterSignals):
         self._inbox.append(req)
         self._ot = None
         self.idle = False
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        self.wake()
 
     def submit_all(self, reqs: Iterable[Request]) -> None:
         self._inbox.extend(reqs)
@@ -215,72 +215,6 @@ class Replica(KernelViews, RouterSignals):
                     ask = window.send(None)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-
-    def _nap(self, nap: Nap) -> Generator[simpy.Event, Any, None]:
-        """Sleep until ``nap.until``, or (``wakeable``) until a submission wakes the loop."""
-        self._wake = self.env.event() if nap.wakeable else None
-        at = self.kernel.virtual_at
-        if at is not None:  # a lazy run: its reads only fall (decodes) or rise (submissions) until it ends
-            self.surely_busy = self.outstanding_tokens - (at(nap.until) - at(self.env.now)) >= 1
-        yield from sleep_until(self.env, nap.until, self._wake)
-        self.surely_busy = False
-        self._wake = None
-
-    def _wait_for_work(self) -> Generator[simpy.Event, Any, bool]:
-        """Idle: wait for the next arrival of our own inbox or a submission (never polls).
-        False when woken by a submission that is still to be pulled."""
-        env = self.env
-        if self._cursor < len(self._inbox):  # a future arrival from our own inbox
-            self._wake = env.event()
-            nxt = self._cursor
-            yield first_of(env.timeout(max(self._inbox[nxt].arrival_s - env.now, 0.0)), self._wake)
-            self._wake = None
-            self._pull(env.now, force=nxt + 1)
-            return True
-        yield from self._await_submission()
-        return False
-
-    def _await_submission(self) -> Generator[simpy.Event, Any, None]:
-        """Wait, with nothing to do, for :meth:`submit` or :meth:`wake`; a router reads 0 meanwhile."""
-        k = self.kernel
-        self._wake = self.env.event()
-        self.idle = k.virtual_at is None and not k.virtual_tokens  # (the loop's own, unchanged while it waits)
-        yield self._wake
-        self.idle = False
-        self._wake = None
-
-    def _idle_from(self, t: float) -> Generator[simpy.Event, Any, None]:
-        """Sleep to ``t``, the end of the window's last step; drained (nothing runs, waits, is
-        swapped out, unpulled or held by a KV connector), await a submission at once: one event
-        less a request. (None comes before ``t``, a router's next arrival being after the
-        window; one that did would be seen at ``t``, as by the exact loop, busy until then.)"""
-        env, k, s = self.env, self.kernel, self.kernel.sched
-        if s.running or s.num_waiting or s.swapped or self._cursor < len(self._inbox) or k.kv.connector is not None:
-            yield from sleep_until(env, t)
-            return
-        yield from self._await_submission()
-        if env.now < t:
-            yield from sleep_until(env, t)
-
-    def wake(self) -> None:
-        """Wake an idle loop (a KV connector's transfer landed, or its blocks were sent)."""
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
-
-    def _wait_for_transfers(self) -> Generator[simpy.Event, Any, bool]:
-        """Nothing could be scheduled while a KV connector holds requests (a load in flight,
-        blocks not yet sent): wait until its next completion (``next_finished_s``) or a
-        :meth:`wake`, instead of rejecting. False: nothing held."""
-        t = self.kernel.sched.transfers
-        c = t.connector
-        if c is None or not c.asynchronous or not t.holders([], self.kernel.sched.waiting):
-            return False
-        env = self.env
-        self._wake = env.event()
-        nxt = c.next_finished_s()
-        yield self._wake if nxt is None else first_of(env.timeout(max(nxt - env.now, 0.0)), self._wake)
-        self._wake = None
-        return True
 
     def _reject_head(self) -> None:
         """Nothing runs and nothing was scheduled: the waiting head can never run; reject it."""

@@ -13,17 +13,14 @@ from typing import Any
 import simpy
 
 
-def sleep_until(env: simpy.Environment, t: float, wake: simpy.Event | None = None) -> Generator[simpy.Event, Any, None]:
-    """Advance ``env.now`` to exactly ``t``; with ``wake``, or less: until it fires (then
-    ``env.now < t``)."""
+def sleep_until(env: simpy.Environment, t: float) -> Generator[simpy.Event, Any, None]:
+    """Advance ``env.now`` to exactly ``t`` (a process interrupted meanwhile gets the
+    :class:`simpy.Interrupt` at once, with ``env.now < t``)."""
     now = env.now
     if now + (t - now) != t:
-        dt = (t - now) / 2
-        yield env.timeout(dt) if wake is None else first_of(env.timeout(dt), wake)
-    if wake is None or not wake.triggered:
-        dt = t - env.now
-        yield env.timeout(dt) if wake is None else first_of(env.timeout(dt), wake)
-    assert wake is not None or env.now == t, (env.now, t)
+        yield env.timeout((t - now) / 2)
+    yield env.timeout(t - env.now)
+    assert env.now == t, (env.now, t)
 
 
 def first_of(timeout: simpy.Event, wake: simpy.Event) -> simpy.Event:
