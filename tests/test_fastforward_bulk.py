@@ -117,3 +117,23 @@ def test_kernel_builds_the_decode_function_once_per_decoder_count() -> None:
     k = StepKernel(parts.sched, parts.kv, parts.cost, block_bytes=parts.budget.bytes_per_block)
     assert k.decode_time(12) is k.decode_time(12)
     assert k.decode_time(12) is not k.decode_time(13)
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False], ids=["async", "sync"])
+@pytest.mark.parametrize("name", ["hopeless head (pool-limited)", "running list full",
+                                  "priority queue (an arrival may become the head)", "block size 4, small batch"])
+def test_skipped_admission_passes_leave_the_exact_margins(bundled_trace: Any, kernels: list[StepKernel],
+                                                          name: str, async_scheduling: bool) -> None:
+    """Quiet steps skip the admission pass, and so does a step that is not quiet but follows them
+    without a pull (window.py). Each capacity test a skipped pass would make goes the way the
+    last one made did, with a slack no nearer to flipping (free blocks only fell, the head and
+    the running list stayed), so the margins a sweep derives runs by (sim/kv/margin.py) are the
+    exact loop's, both sides of each."""
+    assert_fast_forward_identical({**QUIET[name], "async_scheduling": async_scheduling}, bundled_trace)
+    ff, ex = kernels[0], kernels[1]
+    assert ff.bulk_steps > 0 and ex.bulk_steps == 0
+    for margin in (lambda k: k.kv.headroom, lambda k: k.sched.seq_margin):
+        a, b = margin(ff), margin(ex)
+        assert (a.fail_max, a.pass_min) == (b.fail_max, b.pass_min)
+    assert ex.kv.headroom.fail_max > -(1 << 60) or ex.sched.seq_margin.fail_max > -(1 << 60), \
+        "no capacity test failed: the test proves nothing"

@@ -12,8 +12,9 @@ count they would have had at the start of the window) and are bucketed by ``c0 m
 so a step costs O(requests with an event), not O(batch). Most steps are *quiet*: nothing
 finishes or is freed, and admission can admit nothing (``Scheduler.admits_nothing``); a quiet
 step skips the admission pass and times its decodes with ``StepKernel.decode_time``
-(:mod:`sim.cost.bulk`). Admissions run through the scheduler's own admission pass on the real
-(eagerly updated) block pool; a request whose prefill completes joins the decoders, and one
+(:mod:`sim.cost.bulk`); so does the next step that is not quiet, unless it pulls first (nothing
+it does before the pass frees blocks). Admissions run through the scheduler's own admission pass
+on the real (eagerly updated) block pool; a request whose prefill completes joins the decoders, and one
 chunked prefill is carried on (:mod:`sim.engine.fastforward.chunked`). A step that preempts runs
 in the window as :mod:`~sim.engine.fastforward.preempt` says, else the window ends before it, as
 before one whose budget cannot cover every decoder, and after one that leaves two chunked
@@ -205,13 +206,13 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 s = s1
                 t += dt
                 continue
-        held = None  # what admission sees changes in this step
+        skip, held = held, None  # held still: the pass below admits nothing unless a pull comes first
         # ---- plan step s1: arrivals, the running pass (decodes), admissions ----
         if not quiet:
             pull_due(plan_t)
         elif due <= plan_t:
             pull_due(plan_t)
-            due = next_due()  # type: ignore[misc]
+            due, skip = next_due(), None  # type: ignore[misc]
         n_part = 0 if part is None else next_chunk(sched, part, p_done, decoders, max_batched, len(bucket))
         if part is not None and not n_part:
             break  # the chunked prefill's step is not the window's to apply: go exact
@@ -226,7 +227,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             plan = StepPlan(scheduled=[(part, n_part)])
             partial.discard(part.uid)
         nw = sched.num_waiting
-        if nw and out is None and (seqs.note(max_seqs - 1 - len(running)) if seqs is not None else len(running) < max_seqs):
+        if nw and out is None and not skip and (seqs.note(max_seqs - 1 - len(running)) if seqs is not None else len(running) < max_seqs):
             adm = plan if plan is not None else StepPlan()
             sched.admit(adm, max_batched - decoders - n_part, plan_t, k.step + lag)
             if adm.scheduled:
