@@ -191,7 +191,7 @@ class QuietRuns:
                                      shared), ends, dts, ctx, cum)  # records: run_records.py
         dt, T = dts[1:], ends[1:]  # T[j]: end of step j; busy: the busy time after each step
         self.dt, self.busy = dt, busy
-        self.T = T.tolist()  # laid out once as Python lists: a commit or a read bisects them
+        self.T = T.data  # a memoryview: Python floats by index, bisected in place (a list cost ~10 ns a step)
         self.cum, self.P0, self.F0 = cum, pages, F0  # blocks taken, by offset
         # offsets that take blocks, and the one after the run (sync registers the blocks step s+H fills)
         cross = list(range(firsts[0][0], H + 2, B)) if len(firsts) == 1 else \
