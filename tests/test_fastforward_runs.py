@@ -126,7 +126,7 @@ def test_a_commit_whose_laid_out_busy_sums_do_not_apply_sums_step_by_step(
     def wrong_sums(self: runs.QuietRuns, *a: Any) -> bool:
         ok = build(self, *a)
         if ok:
-            self.busy = self.busy + 1e-3  # no commit can start from these
+            self.busy = (np.asarray(self.busy) + 1e-3).data  # no commit can start from these
             used.append(1)
         return ok
 

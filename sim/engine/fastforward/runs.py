@@ -121,7 +121,7 @@ class QuietRuns:
         if n:
             decoders, c0_sum = self.key[0], self.key[1]  # type: ignore[index]
             self.t, self.pages, self.ctx = self.T[off], self._p(off), c0_sum + decoders * (self.s0 + off)
-            self.p_start, self.p_dt = self.T[off - 1], float(self.dt[off - 1])
+            self.p_start, self.p_dt = self.T[off - 1], self.dt[off - 1]
         return n
 
     def _take_lazy(self, off0: int, H: int, due: float, p_start: float) -> Generator[Any, Any, int]:
@@ -190,9 +190,9 @@ class QuietRuns:
         self.rows = RunRows(RunShape(k.step, self.lag, B, F0, self.usable, self.nulls, decoders, qnw, nrun,
                                      shared), ends, dts, ctx, cum)  # records: run_records.py
         dt, T = dts[1:], ends[1:]  # T[j]: end of step j; busy: the busy time after each step
-        self.dt, self.busy = dt, busy
+        self.dt, self.busy = dt.data, busy.data  # memoryviews, as T below
         self.T = T.data  # a memoryview: Python floats by index, bisected in place (a list cost ~10 ns a step)
-        self.cum, self.P0, self.F0 = cum, pages, F0  # blocks taken, by offset
+        self.cum, self.P0, self.F0 = cum.data, pages, F0  # blocks taken, by offset
         # offsets that take blocks, and the one after the run (sync registers the blocks step s+H fills)
         cross = list(range(firsts[0][0], H + 2, B)) if len(firsts) == 1 else \
             [j for q in range(0, H + 1, B) for j0, _ in firsts if (j := q + j0) <= H + 1]
@@ -205,10 +205,10 @@ class QuietRuns:
         return True
 
     def _p(self, off: int) -> int:
-        return self.P0 if off == 0 else self.P0 + int(self.cum[off - 1])
+        return self.P0 if off == 0 else self.P0 + self.cum[off - 1]
 
     def _f(self, off: int) -> int:
-        return self.F0 if off == 0 else self.F0 - int(self.cum[off - 1])
+        return self.F0 if off == 0 else self.F0 - self.cum[off - 1]
 
     def _pool_ops(self, a: int, b: int) -> None:
         """The block appends and registrations of run steps ``a+1 .. b``, in step order."""
@@ -240,7 +240,7 @@ class QuietRuns:
         k.log.defer(lay_out, (self.rows, a, b), b - a, fold_piece)  # laid out (or folded) when read
         busy = self.busy
         if k.busy_s == busy[a]:  # the sums laid out start from here (always, unless a run is resumed elsewhere)
-            k.busy_s = float(busy[b])
+            k.busy_s = busy[b]
         else:  # one float sum after another, as step by step
             d = self.rows.durations(a, b).tolist()
             k.busy_s = reduce(add, d, k.busy_s)
