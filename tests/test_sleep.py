@@ -64,18 +64,25 @@ def test_first_of_orders_events_as_a_condition_does(wake_at: float | None, other
     assert ("sleeper" in {n for _, n in expected})
 
 
-def test_sleep_until_lands_on_the_exact_float() -> None:
-    """``now + (t - now)`` rounds off for some pairs; the midpoint hop lands on ``t`` anyway."""
+@pytest.mark.parametrize("urgent", [False, True])
+def test_sleep_until_lands_on_the_exact_float(urgent: bool) -> None:
+    """``now + (t - now)`` rounds off for some pairs; the midpoint hop lands on ``t`` anyway,
+    on plain timeouts or urgent ones (a router's); urgent, before a plain event due then."""
     now, t = 0.34525830151341586, 4.7133001698216015
     assert now + (t - now) != t  # (a pair that rounds off)
     env = simpy.Environment()
-    seen: list[float] = []
+    seen: list[tuple[float, str]] = []
 
     def proc() -> Generator[simpy.Event, Any, None]:
         yield env.timeout(now)
-        yield from sleep_until(env, t)
-        seen.append(env.now)
+        yield from sleep_until(env, t, urgent)
+        seen.append((env.now, "sleeper"))
 
+    def other() -> Generator[simpy.Event, Any, None]:
+        yield env.timeout(t)
+        seen.append((env.now, "other"))
+
+    env.process(other())
     env.process(proc())
     env.run()
-    assert seen == [t]
+    assert seen == ([(t, "sleeper"), (t, "other")] if urgent else [(t, "other"), (t, "sleeper")])

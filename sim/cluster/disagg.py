@@ -30,12 +30,13 @@ from sim.cluster.links import Link, make_link
 from sim.cluster.monitor import SloMonitor
 from sim.cluster.pd import DecodeReceiver, PrefillSender, PullRecord
 from sim.cluster.policies import Policy, RouterState
-from sim.cluster.router import RouterSpec, wake_at
+from sim.cluster.router import RouterSpec
 from sim.cluster.slo import Slo
 from sim.cluster.spec import ClusterSpec, Instance
 from sim.cluster.view import make_view
 from sim.collector import fewer_collections
 from sim.engine.replica import Replica
+from sim.engine.sleep import sleep_until
 from sim.errors import ConfigError
 from sim.io.ingest import make_requests
 from sim.io.results import request_frame
@@ -159,7 +160,7 @@ class ClusterRun:
         env, spec, B = self.env, self.spec, self.front.state.block_size
         for i, r in enumerate(self.reqs):
             if r.arrival_s > env.now:
-                yield from wake_at(env, r.arrival_s)
+                yield from sleep_until(env, r.arrival_s, urgent=True)
             self._next = i + 1
             now = env.now
             if self.back is None or spec.flow == "decode-first":

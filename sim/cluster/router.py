@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import simpy
-from simpy.events import URGENT
 
 from sim.cluster.policies import (
     Policy,
@@ -47,6 +46,7 @@ from sim.cluster.policies import (
 from sim.cluster.scorers import LLMD_WEIGHTS, SCORERS, DynamoCost, WeightedScorers
 from sim.cluster.view import VIEWS
 from sim.engine.replica import Replica
+from sim.engine.sleep import sleep_until
 from sim.errors import ConfigError
 from sim.request import Request
 
@@ -132,23 +132,6 @@ def policy(name: str) -> Policy:
     return parse_router(name).make()
 
 
-class _Urgent(simpy.events.Event):
-    """A timeout that fires before every normal event scheduled for the same instant."""
-
-    def __init__(self, env: simpy.Environment, delay: float) -> None:
-        self.env, self.callbacks, self._value, self._ok = env, [], None, True
-        env.schedule(self, URGENT, delay)
-
-
-def wake_at(env: simpy.Environment, t: float) -> Generator[simpy.Event, Any, None]:
-    """Sleep until exactly ``t`` (a midpoint hop when ``now + (t - now)`` would round off)."""
-    now = env.now
-    if now + (t - now) != t:
-        yield _Urgent(env, (t - now) / 2)
-        now = env.now
-    yield _Urgent(env, t - now)
-
-
 class Router:
     """Routes ``reqs`` (arrival order) live: each one at its arrival instant."""
 
@@ -179,7 +162,7 @@ class Router:
         for i, r in enumerate(self.reqs):
             if r.arrival_s > env.now:
                 self._release()  # every arrival of the last instant is routed
-                yield from wake_at(env, r.arrival_s)
+                yield from sleep_until(env, r.arrival_s, urgent=True)
             self._next = i + 1
             st.now = env.now
             k = self.choose(r, self.reps if self.active is None else

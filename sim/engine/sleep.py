@@ -11,15 +11,27 @@ from collections.abc import Generator
 from typing import Any
 
 import simpy
+from simpy.events import URGENT
 
 
-def sleep_until(env: simpy.Environment, t: float) -> Generator[simpy.Event, Any, None]:
+class Urgent(simpy.events.Event):
+    """A timeout that fires before every normal event scheduled for the same instant."""
+
+    def __init__(self, env: simpy.Environment, delay: float) -> None:
+        self.env, self.callbacks, self._value, self._ok = env, [], None, True
+        env.schedule(self, URGENT, delay)
+
+
+def sleep_until(env: simpy.Environment, t: float, urgent: bool = False) -> Generator[simpy.Event, Any, None]:
     """Advance ``env.now`` to exactly ``t`` (a process interrupted meanwhile gets the
-    :class:`simpy.Interrupt` at once, with ``env.now < t``)."""
+    :class:`simpy.Interrupt` at once, with ``env.now < t``); ``urgent``: on :class:`Urgent`
+    timeouts (a router, acting before the replicas at its instants)."""
     now = env.now
     if now + (t - now) != t:
-        yield env.timeout((t - now) / 2)
-    yield env.timeout(t - env.now)
+        d = (t - now) / 2
+        yield Urgent(env, d) if urgent else env.timeout(d)
+    d = t - env.now
+    yield Urgent(env, d) if urgent else env.timeout(d)
     assert env.now == t, (env.now, t)
 
 
