@@ -12,10 +12,10 @@ count they would have had at the start of the window) and are bucketed by ``c0 m
 so a step costs O(requests with an event), not O(batch). Most steps are *quiet*: nothing
 finishes or is freed, and admission can admit nothing (``Scheduler.admits_nothing``); a quiet
 step skips the admission pass and times its decodes with ``StepKernel.decode_time``
-(:mod:`sim.cost.bulk`); so does the next step that is not quiet, unless it pulls first (nothing
-it does before the pass frees blocks). Admissions run through the scheduler's own admission pass
-on the real (eagerly updated) block pool; a request whose prefill completes joins the decoders, and one
-chunked prefill is carried on (:mod:`sim.engine.fastforward.chunked`). A step that preempts runs
+(:mod:`sim.cost.bulk`). The answer holds until a pull or a step that frees blocks after its pass
+(none frees any before it), and steps that are not quiet skip the pass while it holds. Admissions
+run through the scheduler's own pass on the real (eagerly updated) block pool; a request whose
+prefill completes joins the decoders, and one chunked prefill is carried on (:mod:`sim.engine.fastforward.chunked`). A step that preempts runs
 in the window as :mod:`~sim.engine.fastforward.preempt` says, else the window ends before it, as
 before one whose budget cannot cover every decoder, and after one that leaves two chunked
 prefills. Decoders are also bucketed by the step that samples their last token, and leave
@@ -107,8 +107,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         decoders += 1
         pages += join(r, left, fin, buckets, paged)
     step_cost, bb, breakdown, log_row = k.cost.step_time, k.block_bytes, kv.breakdown, k.log.append
-    # quiet steps (module docstring) need the next arrival of the replica's own inbox
-    quiet, due = next_due is not None, next_due() if next_due is not None else 0.0
+    quiet, due = next_due is not None, next_due() if next_due is not None else 0.0  # (the own inbox's)
     held: int | None = None  # truthy: no admission can run until a pull or a non-quiet step (2: nor a run)
     head: Request | None = None
     qnw, s, log, progress, dec_time, dec_n = 0, 0, k.log, k.progress, k.decode_time(decoders), decoders
@@ -203,10 +202,9 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 k.step += 1
                 k.ff_steps += 1
                 k.bulk_steps += 1
-                s = s1
-                t += dt
+                s, t = s1, t + dt
                 continue
-        skip, held = held, None  # held still: the pass below admits nothing unless a pull comes first
+        skip = held  # held still: the pass below admits nothing unless a pull comes first (then kept, below)
         # ---- plan step s1: arrivals, the running pass (decodes), admissions ----
         if not quiet:
             pull_due(plan_t)
@@ -232,6 +230,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             sched.admit(adm, max_batched - decoders - n_part, plan_t, k.step + lag)
             if adm.scheduled:
                 plan, nw = adm, sched.num_waiting
+        keep = skip and out is None and max_batched > decoders and not (landing and p_done)  # no frees yet
         if lag and pausable and t >= na:  # async: step s (in flight) straddles the router's arrival
             na = yield from pause(k, running, s, uids(plan) | {r.uid for r in p_done}, t, na, next_arrival, real_counts)  # type: ignore[arg-type]
             due = next_due() if quiet else due  # type: ignore[misc]
@@ -293,7 +292,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         if not lag:  # sync: step s1 lands at its end, before step s1 + 1 is planned
             land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,
                  c0_sum + decoders * s + (part.num_computed_tokens if part is not None else 0), nw)
-            landing = False
+            landing, keep = False, keep and not done
+        held = True if keep else None
     if not s:
         return t if f is None else f.start, f
     return close(k, lag, running, s, partial | {r.uid for r in p_done} if landing else partial,
