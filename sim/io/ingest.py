@@ -7,6 +7,8 @@ that is admitted and forked together (:mod:`sim.sched.paper_v0`).
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from sim.collector import paused
@@ -51,6 +53,9 @@ def make_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
     fork = cfg.resolved("sharing") == "fork-cow" and cfg.allocator == "paged"
     out: list[Request] = []
     with paused():  # every request lives on: no collection walks them as they pile up (collector.py)
+        if ids is None and hids is None and nsamp is None and beam is None:  # one plain request a row
+            # (the loop below makes the same requests: uid = row, no content, parent or group)
+            return list(map(Request, range(len(arrival)), rid, arrival, prompt, output, prio or repeat(0)))
         for i in range(len(arrival)):
             content: object = None
             if caching:
