@@ -7,7 +7,7 @@ each replica a :class:`~sim.io.stream.StepSink` on its ``on_progress`` hook, so 
 records never pile up: they go to ``OUT/steps-<replica>.parquet`` (with ``out``) or only into
 the summary sums (``out=None``: summary only). Request rows are written to
 ``OUT/requests.parquet`` by chunks at the end (with their replica). Latency percentiles come
-from numpy columns (:func:`sim.io.stream.request_columns`), exact.
+from numpy columns (:func:`sim.io.results.request_columns`), exact.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from sim.engine.replica import Replica
 from sim.errors import ConfigError
 from sim.io import stream
 from sim.io.ingest import make_requests
-from sim.io.stream import StepSink, StepStats, request_columns, write_requests
+from sim.io.results import request_columns
+from sim.io.stream import StepSink, StepStats, write_requests
 from sim.io.summary import Percentiles
 from sim.run.build import new_replica
 from workloads.schema import Trace

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -24,37 +25,45 @@ FINISH_REASONS = ("stop", "length", "rejected")
 MEM_CATS = ("token_state_slots", "reserved_slots", "internal_frag_slots", "external_frag_slots", "free_slots")
 
 
-def request_frame(reqs: list[Request]) -> pd.DataFrame:
+def request_columns(reqs: Sequence[Request]) -> pd.DataFrame:
+    """The request columns the run summary reads (no ids, reasons' details or parents), as numpy
+    columns; :func:`request_frame` adds the others (the same values and order)."""
+    n = len(reqs)
+
     def col(name: str, dtype: Any) -> np.ndarray:
-        return np.fromiter(map(attrgetter(name), reqs), dtype=dtype, count=len(reqs))
+        return np.fromiter(map(attrgetter(name), reqs), dtype=dtype, count=n)
 
     def neg_nan(a: np.ndarray) -> np.ndarray:
         return np.where(a < 0, np.nan, a)
 
-    status = np.array(["finished" if r.status == Status.FINISHED else
-                       "rejected" if r.status == Status.REJECTED else "unfinished" for r in reqs], dtype=object)
+    st = col("status", np.int64)
+    status = np.where(st == Status.FINISHED, "finished", np.where(st == Status.REJECTED, "rejected", "unfinished"))
     fs, ft, fn = (neg_nan(col(c, np.float64)) for c in ("first_scheduled_s", "first_token_s", "finish_s"))
-    arr = col("arrival_s", np.float64)
-    out_t = col("output_tokens", np.int64)
-    tpot = np.where(out_t > 1, (fn - ft) / np.maximum(out_t - 1, 1), np.nan)
-    frame = pd.DataFrame({
-        "request_id": [r.request_id for r in reqs], "arrival_s": arr,
-        "prompt_tokens": col("prompt_tokens", np.int64), "output_tokens": out_t,
-        "status": status,
-        "finish_reason": pd.Categorical(
-            ["rejected" if r.status == Status.REJECTED else None if r.status != Status.FINISHED else
-             "length" if r.length_capped else "stop" for r in reqs], categories=FINISH_REASONS),
-        # a category of sim.io.rejects.CODES and the reason with its numbers; NA when not rejected
-        "reject_reason": pd.Categorical([r.reject_reason or None for r in reqs], categories=CODES),
-        "reject_detail": pd.Series([r.reject_detail or None for r in reqs], dtype="str"),
+    arr, out_t = col("arrival_s", np.float64), col("output_tokens", np.int64)
+    capped = col("length_capped", bool)
+    finish = np.where(st == Status.REJECTED, "rejected",
+                      np.where(st != Status.FINISHED, np.array(None, dtype=object), np.where(capped, "length", "stop")))
+    return pd.DataFrame({
+        "arrival_s": arr, "prompt_tokens": col("prompt_tokens", np.int64), "output_tokens": out_t,
+        "status": status.astype(object),
+        "finish_reason": pd.Categorical(finish, categories=FINISH_REASONS),
+        "reject_reason": pd.Categorical([r.reject_reason or None for r in reqs] if (st == Status.REJECTED).any()
+                                        else [None] * n, categories=CODES),
         "first_scheduled_s": fs, "first_token_s": ft, "finish_s": fn,
-        "first_scheduled_step": col("first_scheduled_step", np.int64),
-        "finish_step": col("finish_step", np.int64),
-        "num_preemptions": col("num_preemptions", np.int64),
-        "prefix_hit_tokens": col("prefix_hit_tokens", np.int64),
-        "ttft_s": ft - arr, "tpot_s": tpot, "e2e_s": fn - arr,
-        "parent_id": pd.Series([reqs[r.parent].request_id if r.parent >= 0 else None for r in reqs], dtype="str"),
+        "ttft_s": ft - arr, "tpot_s": np.where(out_t > 1, (fn - ft) / np.maximum(out_t - 1, 1), np.nan),
+        "e2e_s": fn - arr,
     })
+
+
+def request_frame(reqs: Sequence[Request]) -> pd.DataFrame:
+    """One row per request, in uid order: :func:`request_columns` and the ids, the steps, the
+    counts and the details."""
+    frame = request_columns(reqs)
+    for name in ("first_scheduled_step", "finish_step", "num_preemptions", "prefix_hit_tokens"):
+        frame[name] = np.fromiter(map(attrgetter(name), reqs), dtype=np.int64, count=len(reqs))
+    frame["request_id"] = [r.request_id for r in reqs]
+    frame["reject_detail"] = pd.Series([r.reject_detail or None for r in reqs], dtype="str")
+    frame["parent_id"] = pd.Series([reqs[r.parent].request_id if r.parent >= 0 else None for r in reqs], dtype="str")
     return frame[list(REQUEST_COLUMNS)]
 
 

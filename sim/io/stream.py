@@ -10,7 +10,7 @@ log's list is emptied in place (the engine keeps its bound ``append``).
 
 Request rows are written in uid order by chunks too (:func:`write_requests`), so the file has
 exactly the rows and types of the in-memory ``requests.parquet``. Latency percentiles never
-need a request frame: :func:`request_columns` keeps only the columns the summary reads, as
+need a request frame: :func:`~sim.io.results.request_columns` keeps only the columns the summary reads, as
 numpy arrays, and gives the same values in the same order (so the same percentiles and means).
 
 The memory shares are sequential sums in step order (:mod:`sim.io.step_fold`), so a streamed
@@ -28,10 +28,9 @@ import numpy as np
 import pandas as pd
 
 from sim.io.records import STEP_COLUMNS, StepLog, concat_steps
-from sim.io.rejects import CODES
-from sim.io.results import FINISH_REASONS, MEM_CATS, request_frame
+from sim.io.results import MEM_CATS, request_frame
 from sim.io.step_fold import StepSums
-from sim.request import Request, Status
+from sim.request import Request
 
 CHUNK = 1 << 16   # steps (or requests) per chunk: ~9 MB of step records
 
@@ -147,33 +146,3 @@ def write_requests(reqs: Sequence[Request], path: Path, chunk: int | None = None
     finally:
         if writer is not None:
             writer.close()
-
-
-def request_columns(reqs: Sequence[Request]) -> pd.DataFrame:
-    """Only the request columns the run summary reads (no ids, reasons' details or parents),
-    with the values and order of :func:`sim.io.results.request_frame`."""
-    n = len(reqs)
-
-    def col(name: str, dtype: Any) -> np.ndarray:
-        return np.fromiter((getattr(r, name) for r in reqs), dtype=dtype, count=n)
-
-    def neg_nan(a: np.ndarray) -> np.ndarray:
-        return np.where(a < 0, np.nan, a)
-
-    st = col("status", np.int64)
-    status = np.where(st == Status.FINISHED, "finished", np.where(st == Status.REJECTED, "rejected", "unfinished"))
-    fs, ft, fn = (neg_nan(col(c, np.float64)) for c in ("first_scheduled_s", "first_token_s", "finish_s"))
-    arr, out_t = col("arrival_s", np.float64), col("output_tokens", np.int64)
-    capped = col("length_capped", bool)
-    finish = np.where(st == Status.REJECTED, "rejected",
-                      np.where(st != Status.FINISHED, np.array(None, dtype=object), np.where(capped, "length", "stop")))
-    return pd.DataFrame({
-        "arrival_s": arr, "prompt_tokens": col("prompt_tokens", np.int64), "output_tokens": out_t,
-        "status": status.astype(object),
-        "finish_reason": pd.Categorical(finish, categories=FINISH_REASONS),
-        "reject_reason": pd.Categorical([r.reject_reason or None for r in reqs] if (st == Status.REJECTED).any()
-                                        else [None] * n, categories=CODES),
-        "first_scheduled_s": fs, "first_token_s": ft, "finish_s": fn,
-        "ttft_s": ft - arr, "tpot_s": np.where(out_t > 1, (fn - ft) / np.maximum(out_t - 1, 1), np.nan),
-        "e2e_s": fn - arr,
-    })

@@ -183,7 +183,7 @@ def summarize(cfg: SimConfig, budget: KvBudget, cost: StepCostModel, req: pd.Dat
               steps: pd.DataFrame | StepStats, c: RunCounters) -> Summary:
     """``cost``: the run's own step-cost model (its name and basis are reported, never rebuilt);
     ``steps``: the steps frame, or the :class:`StepStats` a streamed run folded (sim/io/stream.py);
-    ``req`` needs only the columns of :func:`sim.io.stream.request_columns`."""
+    ``req`` needs only the columns of :func:`sim.io.results.request_columns`."""
     done = req[req["status"] == "finished"]
     span = float(done["finish_s"].max() - req["arrival_s"].min()) if len(done) else 0.0
     out_tokens = int(done["output_tokens"].sum())

@@ -26,8 +26,8 @@ from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.io.ingest import make_requests
 from sim.io.records import StepLog
-from sim.io.results import request_frame
-from sim.io.stream import StepSink, StepStats, request_columns, write_requests
+from sim.io.results import request_columns, request_frame
+from sim.io.stream import StepSink, StepStats, write_requests
 from sim.io.summary import (
     PrefixCache,
     RunCounters,

@@ -37,8 +37,8 @@ import pandas as pd
 from sim.config.schema import SimConfig
 from sim.cost.for_config import cost_key
 from sim.io.rejects import KV_POOL
-from sim.io.results import MEM_CATS
-from sim.io.stream import request_columns, step_stats
+from sim.io.results import MEM_CATS, request_columns
+from sim.io.stream import step_stats
 from sim.io.summary import RunCounters, Summary
 from sim.kv.block_pool import BlockPool
 from sim.request import Request, Status
