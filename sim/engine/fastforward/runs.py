@@ -178,8 +178,11 @@ class QuietRuns:
         B, F0 = self.B, self.fq.size
         # bucket i's decoders take their blocks at the offsets j (steps s + j) with (s + j) % B == i:
         # one offset a period, so the pops repeat every B steps (few Python ints, no array scan)
-        firsts = sorted([((i - s - 1) % B + 1, len(b)) for i, b in enumerate(self.buckets) if b])
-        per_period = sum(n for _, n in firsts)
+        if decoders == 1:  # its bucket is (1 - c0) % B (decoders.join), c0 the sum's only term
+            firsts, per_period = [((-c0_sum - s) % B + 1, 1)], 1
+        else:
+            firsts = sorted([((i - s - 1) % B + 1, len(b)) for i, b in enumerate(self.buckets) if b])
+            per_period = sum(n for _, n in firsts)
         if per_period * -(-H // B) > F0:  # a step could preempt (free blocks only fall): the window goes exact before it
             H = min(H, _first_short(firsts, B, F0))
             if H < MIN_RUN:
