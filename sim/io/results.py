@@ -25,13 +25,18 @@ FINISH_REASONS = ("stop", "length", "rejected")
 MEM_CATS = ("token_state_slots", "reserved_slots", "internal_frag_slots", "external_frag_slots", "free_slots")
 
 
+def _column(reqs: Sequence[Request], name: str, dtype: Any) -> np.ndarray:
+    """The attribute ``name`` of every request, as one numpy column."""
+    return np.fromiter(map(attrgetter(name), reqs), dtype=dtype, count=len(reqs))
+
+
 def request_columns(reqs: Sequence[Request]) -> pd.DataFrame:
     """The request columns the run summary reads (no ids, reasons' details or parents), as numpy
     columns; :func:`request_frame` adds the others (the same values and order)."""
     n = len(reqs)
 
     def col(name: str, dtype: Any) -> np.ndarray:
-        return np.fromiter(map(attrgetter(name), reqs), dtype=dtype, count=n)
+        return _column(reqs, name, dtype)
 
     def neg_nan(a: np.ndarray) -> np.ndarray:
         return np.where(a < 0, np.nan, a)
@@ -60,7 +65,7 @@ def request_frame(reqs: Sequence[Request]) -> pd.DataFrame:
     counts and the details."""
     frame = request_columns(reqs)
     for name in ("first_scheduled_step", "finish_step", "num_preemptions", "prefix_hit_tokens"):
-        frame[name] = np.fromiter(map(attrgetter(name), reqs), dtype=np.int64, count=len(reqs))
+        frame[name] = _column(reqs, name, np.int64)
     frame["request_id"] = [r.request_id for r in reqs]
     frame["reject_detail"] = pd.Series([r.reject_detail or None for r in reqs], dtype="str")
     frame["parent_id"] = pd.Series([reqs[r.parent].request_id if r.parent >= 0 else None for r in reqs], dtype="str")

@@ -9,21 +9,21 @@ count they would have had at the start of the window) and are bucketed by ``c0 m
     step s of the window: a decoder needs a block   iff (c0 + s - 1) % B == 0
                           its last block fills      iff (c0 + s) % B == 0
 
-so a step costs O(requests with an event), not O(batch). Most steps are *quiet*: nothing
-finishes or is freed, and admission can admit nothing (``Scheduler.admits_nothing``); a quiet
-step skips the admission pass and times its decodes with ``StepKernel.decode_time``
-(:mod:`sim.cost.bulk`). The answer holds until a pull or a step that frees blocks after its pass
-(none frees any before it), and steps that are not quiet skip the pass while it holds. Admissions
-run through the scheduler's own pass on the real (eagerly updated) block pool; a request whose
-prefill completes joins the decoders, and one chunked prefill is carried on (:mod:`sim.engine.fastforward.chunked`). A step that preempts runs
-in the window as :mod:`~sim.engine.fastforward.preempt` says, else the window ends before it, as
-before one whose budget cannot cover every decoder, and after one that leaves two chunked
-prefills. Decoders are also bucketed by the step that samples their last token, and leave
-then, finished as ``Scheduler.update`` does (running order, ``Request.seq``). A live
-router's arrivals pause the window (:mod:`sim.engine.fastforward.pause`). One window serves
-sync and async scheduling (:mod:`sim.engine.fastforward.ordering`); async, it starts from and
-hands back the exact loop's :class:`~sim.engine.step.InFlight` step. Capacity tests note their
-slack in the pool's and the scheduler's :class:`~sim.kv.margin.Margin`, as exact steps do.
+so a step costs O(requests with an event), not O(batch). Most steps are *quiet*: nothing finishes
+or is freed, and admission can admit nothing (``Scheduler.admits_nothing``); a quiet step skips the
+admission pass and times its decodes with ``StepKernel.decode_time`` (:mod:`sim.cost.bulk`). The
+answer holds until a pull or a step that frees blocks after its pass (none frees any before it),
+and steps that are not quiet skip the pass while it holds. Admissions run through the scheduler's
+own pass on the real (eagerly updated) block pool; a request whose prefill completes joins the
+decoders, and one chunked prefill is carried on (:mod:`sim.engine.fastforward.chunked`). A step
+that preempts runs in the window as :mod:`~sim.engine.fastforward.preempt` says, else the window
+ends before it, as before one whose budget cannot cover every decoder, and after one that leaves
+two chunked prefills. Decoders are also bucketed by the step that samples their last token, and
+leave then, finished as ``Scheduler.update`` does (running order, ``Request.seq``). A live router's
+arrivals pause the window (:mod:`sim.engine.fastforward.pause`). One window serves sync and async
+scheduling (:mod:`sim.engine.fastforward.ordering`); async, it starts from and hands back the exact
+loop's :class:`~sim.engine.step.InFlight` step. Capacity tests note their slack in the pool's and
+the scheduler's :class:`~sim.kv.margin.Margin`, as exact steps do.
 
 Everything the exact path computes -- block ids and their order, hash registrations,
 StepBatch integers, float sums of step times, per-step records -- is computed here in the
