@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from sim.cost import StepBatch, StepCostModel
 from sim.cost.bulk import DecodeTime, DecodeTimeArray, decode_step_time, decode_step_times
-from sim.io.records import StepLog, record_from_tuple
+from sim.io.records import StepLog
 from sim.kv.base import DecodeBlocks, KvAllocator, LinearBreakdown, MemoryBreakdown
 from sim.request import Request
 from sim.sched.plan import StepPlan
@@ -154,9 +154,9 @@ class StepKernel:
         """Append the step's record and advance the step counter and busy time."""
         sched, kv = self.sched, self.kv
         tok, res, internal, ext, free = mem if mem is not None else self.breakdown()
-        self.log.append(record_from_tuple((
+        self.log.append((
             self.step, start, dt, len(sched.running), sched.num_waiting, batch.prefill_tokens,
             batch.num_decode_seqs, plan.num_preempted, kv.num_free_blocks, tok, res, internal, ext,
-            free, kv.shared_excess, plan.swap_out_blocks, plan.swap_in_blocks)))
+            free, kv.shared_excess, plan.swap_out_blocks, plan.swap_in_blocks))
         self.busy_s += dt
         self.step += 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,8 +34,10 @@ class StepRecord(NamedTuple):
 
 
 STEP_COLUMNS = StepRecord._fields
-record_from_tuple = partial(tuple.__new__, StepRecord)
-"""``StepRecord`` from a tuple in field order, without the keyword machinery (the hot path)."""
+StepRow = tuple[int, float, float, int, int, int, int, int, int, int, int, int, int, int, int, int, int]
+"""A step record as the engine appends it: a plain tuple in :class:`StepRecord`'s field order
+(one allocation a step, not two; and once the collector has seen that it holds only numbers, it
+stops walking it, which it never does for a tuple subclass). A ``StepRecord`` is one too."""
 _FLOAT = {"start_s", "duration_s"}
 STEP_DTYPE = np.dtype([(c, np.float64 if c in _FLOAT else np.int64) for c in STEP_COLUMNS])
 """One step record as a numpy record (``frame`` and :mod:`sim.io.stream` convert with it)."""
@@ -86,7 +87,7 @@ class StepLog:
     FOLD_AT = 1 << 16
 
     def __init__(self) -> None:
-        self.rows: list[StepRecord] = []
+        self.rows: list[StepRow] = []
         self.append = self.rows.append
         self.parts: list[np.ndarray | Deferred] = []   # in order, each after rows[:cut]
         self.cuts: list[int] = []

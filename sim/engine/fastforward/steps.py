@@ -10,7 +10,6 @@ from typing import Any
 
 from sim.cost import StepBatch
 from sim.engine.step import InFlight, StepKernel
-from sim.io.records import record_from_tuple as record
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
@@ -44,9 +43,9 @@ def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
     else:
         tok, res, internal, ext, free = kv.breakdown(running, computed, waiting=sched.waiting.peek() if nw else None)
         free_blocks, shared = kv.num_free_blocks, kv.shared_excess
-    k.log.append(record((k.step, start, dt, len(running), nw, batch.prefill_tokens, batch.num_decode_seqs,
-                         plan.num_preempted, free_blocks, tok, res, internal, ext, free,
-                         shared, plan.swap_out_blocks, plan.swap_in_blocks)))
+    k.log.append((k.step, start, dt, len(running), nw, batch.prefill_tokens, batch.num_decode_seqs,
+                  plan.num_preempted, free_blocks, tok, res, internal, ext, free,
+                  shared, plan.swap_out_blocks, plan.swap_in_blocks))
     k.busy_s += dt
     k.step += 1
     k.ff_steps += 1

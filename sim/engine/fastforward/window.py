@@ -43,7 +43,6 @@ from sim.engine.fastforward.preempt import preempt_pass, supported, victims
 from sim.engine.fastforward.runs import QuietRuns
 from sim.engine.fastforward.steps import NO_PLAN, NONE, NextArrival, Pull, Window, land, new_batch
 from sim.engine.step import InFlight, StepKernel
-from sim.io.records import record_from_tuple as record
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
@@ -189,15 +188,15 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 else:
                     tok, res, internal, ext, free = breakdown(running, comp, waiting=head)
                 if lag:  # step s lands (no frees), then step s1 is launched
-                    log_row(record((k.step, p_start, p_dt, len(running), qnw, p_batch.prefill_tokens,
-                                    p_batch.num_decode_seqs, p_plan.num_preempted, free_blocks, tok, res,
-                                    internal, ext, free, shared, p_plan.swap_out_blocks, p_plan.swap_in_blocks)))
+                    log_row((k.step, p_start, p_dt, len(running), qnw, p_batch.prefill_tokens,
+                             p_batch.num_decode_seqs, p_plan.num_preempted, free_blocks, tok, res,
+                             internal, ext, free, shared, p_plan.swap_out_blocks, p_plan.swap_in_blocks))
                     k.busy_s += p_dt
                     p_plan, p_dt, p_start = NO_PLAN, dt, t
                     p_batch = new_batch((0, 0, 0.0, 0, decoders, ctx, pages, page, 0, 0, bb))
                 else:  # step s1 is launched and lands
-                    log_row(record((k.step, t, dt, len(running), qnw, 0, decoders, 0, free_blocks, tok, res,
-                                    internal, ext, free, shared, 0, 0)))
+                    log_row((k.step, t, dt, len(running), qnw, 0, decoders, 0, free_blocks, tok, res,
+                             internal, ext, free, shared, 0, 0))
                     k.busy_s += dt
                 k.step += 1
                 k.ff_steps += 1
