@@ -49,7 +49,12 @@ HORIZON = 1024   # steps laid out at most
 
 
 class QuietRuns:
-    """One window's runs (its constants; the current run's arrays)."""
+    """One window's runs (its constants; the current run's arrays). Slotted: a window on an
+    idle replica (a lone request of a day on many replicas) makes one, and fills no dict."""
+
+    __slots__ = ("B", "F0", "H", "P0", "T", "append_block", "blocks", "buckets", "bulk", "busy", "cross",
+                 "ctx", "cum", "dt", "due", "ev", "fq", "k", "key", "lag", "lazy", "lone", "na", "no_run",
+                 "nulls", "p_dt", "p_start", "pages", "pausing", "register", "rows", "s0", "t", "usable")
 
     def __init__(self, k: StepKernel, lag: int, buckets: list[list[Any]], lin: tuple[int, int],
                  register: Callable[[list[Any], int], None] | None, append_block: Callable[[list[Any]], None],
