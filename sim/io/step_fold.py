@@ -92,7 +92,7 @@ class StepSums:
         return self._c is not None
 
     def add_tuples(self, rows: list[Any], start: int, end: int) -> None:
-        """``rows[start:end]``, StepRecord tuples (compiled only: see :attr:`compiled`)."""
+        """``rows[start:end]``, tuples in StepRecord's field order (compiled only: see :attr:`compiled`)."""
         assert self._c is not None
         self._c.fold_tuples(rows, start, end, self.acc, self.ic, self.block_size)
 
