@@ -125,10 +125,10 @@ def test_kernel_builds_the_decode_function_once_per_decoder_count() -> None:
 def test_skipped_admission_passes_leave_the_exact_margins(bundled_trace: Any, kernels: list[StepKernel],
                                                           name: str, async_scheduling: bool) -> None:
     """Quiet steps skip the admission pass, and so do the steps that are not quiet after them
-    while no arrival was pulled and no blocks were freed after a pass (window.py). Each capacity test a skipped pass would make goes the way the
-    last one made did, with a slack no nearer to flipping (free blocks only fell, the head and
-    the running list stayed), so the margins a sweep derives runs by (sim/kv/margin.py) are the
-    exact loop's, both sides of each."""
+    while no arrival was pulled and no blocks were freed after a pass (window.py). Each capacity
+    test a skipped pass would make goes the way the last one made did, with a slack no nearer to
+    flipping (free blocks only fell, the head and the running list stayed), so the margins a sweep
+    derives runs by (sim/kv/margin.py) are the exact loop's, both sides of each."""
     assert_fast_forward_identical({**QUIET[name], "async_scheduling": async_scheduling}, bundled_trace)
     ff, ex = kernels[0], kernels[1]
     assert ff.bulk_steps > 0 and ex.bulk_steps == 0
