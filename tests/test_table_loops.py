@@ -66,6 +66,53 @@ def test_register_decoded_blocks_leaves_the_same_pool_with_either_loop(
     assert (marked > 0) == lazy, "the workload reaches the marking branch (lazy) and only then"
 
 
+@pytest.mark.parametrize("lazy", [True, False], ids=["marks", "keys"])
+@pytest.mark.parametrize("ahead", [None, 0])
+def test_a_block_boundary_in_one_compiled_call_leaves_what_append_and_register_leave(
+        monkeypatch: pytest.MonkeyPatch, lazy: bool, ahead: int | None) -> None:
+    """``cross_boundary``: the compiled call (pops, appends, marks or keys) against the Python
+    path (``append_block`` then ``register_decoded_blocks``), on a pool whose free blocks still
+    carry hashes, so that the pops evict."""
+    states = []
+    for which in ("compiled", "python"):
+        monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
+        kv, reqs = allocator_with_decoders(which, lazy)
+        assert (kv._cross is not None) == (which == "compiled")
+        hog = req(30, 4 * kv.num_free_blocks)
+        assert kv.allocate(hog, hog.num_tokens)  # every free block: only those freed below are left
+        for r in reqs[4:]:
+            kv.free(r)  # finished: their hashed blocks go to the free queue
+        crossing = reqs[:3]
+        for r in crossing:
+            r.num_computed_tokens = 4 * len(r.kv.blocks) - (0 if ahead is None else ahead)
+        before = kv.evictions
+        kv.cross_boundary(crossing, ahead)
+        pool = kv.pool
+        states.append((list(pool.block_hash), dict(pool.cache), list(pool.ref), pool.free_queue.to_list(),
+                       pool.free_queue.size, kv.evictions - before,
+                       [(list(r.kv.blocks), r.kv.num_registered) for r in reqs[:4]]))
+        kv.check([*reqs[:4], hog])
+    assert states[0] == states[1]
+    assert states[0][5] > 0, "the pops evicted hashed blocks"
+    if ahead is not None:
+        assert all(n == len(b) - 1 for b, n in states[0][6][:3]), "each crossing decoder's full block registered"
+
+
+def test_a_pool_whose_pops_are_logged_sees_every_pop_of_a_block_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool whose operations a caller wraps (``BlockPool.observed``: the sweep's derivation
+    logs them) is popped through them, never around them by the compiled call."""
+    monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops("compiled"))
+    kv, reqs = allocator_with_decoders("compiled", True)
+    pool, logged = kv.pool, []
+    get, one = pool.get_new_blocks, pool.pop_one
+    pool.get_new_blocks = lambda n: logged.append(n) or get(n)  # type: ignore[method-assign]
+    pool.pop_one = lambda: logged.append(1) or one()  # type: ignore[method-assign]
+    pool.observed = True
+    kv.cross_boundary(reqs[:3], None)
+    kv.cross_boundary(reqs[3:4], None)
+    assert logged == [3, 1]
+
+
 def test_a_new_prompt_marks_the_same_blocks_with_either_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Admissions mark their prompt's full blocks unpublished (a hit's blocks keep their keys)."""
     states = []

@@ -31,23 +31,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-static int get_index(PyObject *list, PyObject *item, Py_ssize_t *out) {
-    Py_ssize_t i = PyLong_AsSsize_t(item);
-    if (i == -1 && PyErr_Occurred()) return -1;
-    if (i < 0 || i >= PyList_GET_SIZE(list)) {
-        PyErr_Format(PyExc_IndexError, "block id %zd out of range", i);
-        return -1;
-    }
-    *out = i;
-    return 0;
-}
-
-static void set_item(PyObject *list, Py_ssize_t i, PyObject *value) {  /* borrowed value */
-    Py_INCREF(value);
-    PyObject *old = PyList_GET_ITEM(list, i);
-    PyList_SET_ITEM(list, i, value);
-    Py_DECREF(old);
-}
+#include "_free_front.h"  /* get_index, set_item, pop_n */
 
 static int all_lists(PyObject *const *args, int n) {
     for (int i = 0; i < n; i++) {
@@ -64,48 +48,16 @@ static PyObject *pop_front(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "pop_front takes 8 arguments");
         return NULL;
     }
-    PyObject *nxt = args[0], *prv = args[1], *head = args[2], *ref = args[3], *bh = args[4];
-    PyObject *cache = args[5], *unpub = args[7];
-    PyObject *lists[4] = {nxt, prv, ref, bh};
+    PyObject *lists[4] = {args[0], args[1], args[3], args[4]};  /* nxt, prv, ref, bh */
     if (!all_lists(lists, 4)) return NULL;
-    if (!PyDict_Check(cache)) {
+    if (!PyDict_Check(args[5])) {
         PyErr_SetString(PyExc_TypeError, "pop_front: cache must be a dict");
         return NULL;
     }
-    Py_ssize_t n = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t n = PyLong_AsSsize_t(args[6]), evicted;
     if (n == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t h;
-    if (get_index(nxt, head, &h) < 0) return NULL;
-    PyObject *out = PyList_New(n > 0 ? n : 0);
-    if (out == NULL) return NULL;
-    PyObject *one = PyLong_FromLong(1);  /* a cached small int: no allocation */
-    Py_ssize_t evicted = 0;
-    PyObject *b = PyList_GET_ITEM(nxt, h);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t bi;
-        if (get_index(ref, b, &bi) < 0 || get_index(bh, b, &bi) < 0 || get_index(nxt, b, &bi) < 0)
-            goto fail;
-        Py_INCREF(b);
-        PyList_SET_ITEM(out, i, b);
-        PyObject *key = PyList_GET_ITEM(bh, bi);
-        if (key != Py_None) {
-            if (key != unpub && PyObject_DelItem(cache, key) < 0) goto fail;  /* its __delitem__ */
-            set_item(bh, bi, Py_None);
-            evicted++;
-        }
-        set_item(ref, bi, one);
-        b = PyList_GET_ITEM(nxt, bi);
-    }
-    Py_ssize_t bi;
-    if (get_index(prv, b, &bi) < 0) goto fail;
-    set_item(nxt, h, b);
-    set_item(prv, bi, head);
-    Py_DECREF(one);
-    return Py_BuildValue("(Nn)", out, evicted);
-fail:
-    Py_DECREF(one);
-    Py_DECREF(out);
-    return NULL;
+    PyObject *out = pop_n(args[0], args[1], args[2], args[3], args[4], args[5], n, args[7], &evicted);
+    return out == NULL ? NULL : Py_BuildValue("(Nn)", out, evicted);
 }
 
 static PyObject *release(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {

@@ -19,6 +19,14 @@
  *       otherwise slow(r, upto) (the Python path, called at its place in the order). With unpub
  *       None (not lazy: the allocator enters keys in the map), slow(r, upto) for every request.
  *
+ *   cross(reqs, nxt, prv, head, ref, block_hash, cache, unpub, ahead, block_size, mark, slow) -> evicted
+ *       A window step's block boundary in one call (PagedAllocator.cross_boundary): the pops of
+ *       BlockPool.get_new_blocks(len(reqs)) from the free queue's front (pop_front in
+ *       _pool_loops.c, on the pool's lists; `unpub` the UNPUBLISHED mark), append_each(reqs,
+ *       those blocks), then, unless ahead is None, register_decoded(reqs, ahead, block_size,
+ *       block_hash, mark, slow). Returns the evictions; the caller takes len(reqs) off the
+ *       queue's size and counts them.
+ *
  *   mark_blocks(block_hash, blocks, j0, full, unpub) -> None
  *       For each block b of blocks[j0:full] (a slice: clamped to the list), in order: if
  *       block_hash[b] is None, block_hash[b] = unpub (a new request's prompt blocks, marked).
@@ -40,6 +48,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "_free_front.h"  /* get_index, set_item, pop_n */
+
 static PyObject *s_kv, *s_blocks, *s_num_registered, *s_num_computed, *s_content;
 
 static PyObject *table_blocks(PyObject *r, PyObject **table_out) {
@@ -59,29 +69,6 @@ static PyObject *table_blocks(PyObject *r, PyObject **table_out) {
     }
     *table_out = table;
     return blocks;
-}
-
-static PyObject *append_each(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "append_each(reqs: list, blocks: list)");
-        return NULL;
-    }
-    PyObject *reqs = args[0], *new = args[1];
-    Py_ssize_t n = PyList_GET_SIZE(reqs);
-    if (PyList_GET_SIZE(new) != n) {
-        PyErr_SetString(PyExc_ValueError, "append_each: one block for each request");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *table;
-        PyObject *blocks = table_blocks(PyList_GET_ITEM(reqs, i), &table);
-        if (blocks == NULL) return NULL;
-        int rc = PyList_Append(blocks, PyList_GET_ITEM(new, i));
-        Py_DECREF(blocks);
-        Py_DECREF(table);
-        if (rc < 0) return NULL;
-    }
-    Py_RETURN_NONE;
 }
 
 static int as_long(PyObject *o, long *out) {
@@ -140,18 +127,11 @@ done:
     return rc;
 }
 
-static PyObject *register_decoded(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyList_Check(args[0]) || !PyList_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "register_decoded(reqs: list, ahead, block_size, block_hash: list, unpub, slow)");
-        return NULL;
-    }
-    PyObject *reqs = args[0], *bh = args[3], *unpub = args[4], *slow = args[5];
-    long ahead, bsize;
-    if (as_long(args[1], &ahead) < 0 || as_long(args[2], &bsize) < 0) return NULL;
+/* register_decoded's loop (0, or -1 with an exception set) */
+static int register_each(PyObject *reqs, long ahead, long bsize, PyObject *bh, PyObject *unpub, PyObject *slow) {
     if (bsize <= 0) {
         PyErr_SetString(PyExc_ValueError, "register_decoded: block_size must be positive");
-        return NULL;
+        return -1;
     }
     Py_ssize_t n = PyList_GET_SIZE(reqs);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -163,7 +143,7 @@ static PyObject *register_decoded(PyObject *self, PyObject *const *args, Py_ssiz
         Py_XDECREF(c);
         if (bad < 0) {
             Py_DECREF(r);
-            return NULL;
+            return -1;
         }
         long upto = computed + ahead;
         int done = unpub == Py_None ? 0 : mark_one(r, upto, bsize, bh, unpub);
@@ -175,12 +155,73 @@ static PyObject *register_decoded(PyObject *self, PyObject *const *args, Py_ssiz
             Py_XDECREF(res);
         }
         Py_DECREF(r);
-        if (done < 0) return NULL;
+        if (done < 0) return -1;
         if (PyList_GET_SIZE(reqs) != n) {
             PyErr_SetString(PyExc_RuntimeError, "register_decoded: the request list changed");
-            return NULL;
+            return -1;
         }
     }
+    return 0;
+}
+
+static PyObject *register_decoded(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyList_Check(args[0]) || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "register_decoded(reqs: list, ahead, block_size, block_hash: list, unpub, slow)");
+        return NULL;
+    }
+    long ahead, bsize;
+    if (as_long(args[1], &ahead) < 0 || as_long(args[2], &bsize) < 0) return NULL;
+    if (register_each(args[0], ahead, bsize, args[3], args[4], args[5]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* append_each's loop (0, or -1 with an exception set); the lengths match */
+static int append_all(PyObject *reqs, PyObject *new) {
+    Py_ssize_t n = PyList_GET_SIZE(reqs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *table;
+        PyObject *blocks = table_blocks(PyList_GET_ITEM(reqs, i), &table);
+        if (blocks == NULL) return -1;
+        int rc = PyList_Append(blocks, PyList_GET_ITEM(new, i));
+        Py_DECREF(blocks);
+        Py_DECREF(table);
+        if (rc < 0) return -1;
+    }
+    return 0;
+}
+
+static PyObject *cross(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 12 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])
+            || !PyList_Check(args[4]) || !PyList_Check(args[5]) || !PyDict_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "cross(reqs: list, nxt: list, prv: list, head, ref: list, "
+                        "block_hash: list, cache: dict, unpub, ahead, block_size, mark, slow)");
+        return NULL;
+    }
+    PyObject *reqs = args[0];
+    long ahead = 0, bsize = 0;
+    if (args[8] != Py_None && (as_long(args[8], &ahead) < 0 || as_long(args[9], &bsize) < 0)) return NULL;
+    Py_ssize_t evicted;
+    PyObject *new = pop_n(args[1], args[2], args[3], args[4], args[5], args[6], PyList_GET_SIZE(reqs), args[7],
+                          &evicted);
+    if (new == NULL) return NULL;
+    int rc = append_all(reqs, new);
+    Py_DECREF(new);
+    if (rc < 0) return NULL;
+    if (args[8] != Py_None && register_each(reqs, ahead, bsize, args[5], args[10], args[11]) < 0) return NULL;
+    return PyLong_FromSsize_t(evicted);
+}
+
+static PyObject *append_each(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "append_each(reqs: list, blocks: list)");
+        return NULL;
+    }
+    if (PyList_GET_SIZE(args[1]) != PyList_GET_SIZE(args[0])) {
+        PyErr_SetString(PyExc_ValueError, "append_each: one block for each request");
+        return NULL;
+    }
+    if (append_all(args[0], args[1]) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -312,6 +353,8 @@ static PyMethodDef methods[] = {
      "Append blocks[i] to reqs[i].kv.blocks (see the module source)."},
     {"register_decoded", (PyCFunction)(void (*)(void))register_decoded, METH_FASTCALL,
      "Mark the blocks decoders filled, or call slow(r, upto) (see the module source)."},
+    {"cross", (PyCFunction)(void (*)(void))cross, METH_FASTCALL,
+     "A block for each request from the free queue's front, then their filled blocks marked (see the module source)."},
     {"mark_blocks", (PyCFunction)(void (*)(void))mark_blocks, METH_FASTCALL,
      "Mark the unhashed blocks of blocks[j0:full] (see the module source)."},
     {"lookup_unique", (PyCFunction)(void (*)(void))lookup_unique, METH_FASTCALL,

@@ -143,6 +143,11 @@ class DecodeBlocks(Protocol):
         flight) to the prefix cache."""
         ...
 
+    def cross_boundary(self, reqs: list[Request], ahead: int | None) -> None:
+        """:meth:`append_block`, then (``ahead`` not None) :meth:`register_decoded_blocks` with
+        ``ahead``: the same blocks, marks and keys, in the same order, in one call."""
+        ...
+
     def linear_breakdown(self) -> LinearBreakdown | None:
         """The constants of :meth:`KvAllocator.breakdown` when it is linear in the free blocks,
         the token states and the shared excess (a quiet window step computes it inline);

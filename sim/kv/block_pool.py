@@ -77,6 +77,7 @@ class BlockPool:
         self.dups: dict[int, list[int]] = {}       # extra blocks registered under the same key
         self.shared_excess = 0                     # sum over blocks of max(ref - 1, 0)
         self.evictions = 0
+        self.observed = False  # its operations are wrapped to be logged (sim/sweep/derive.py): call them
         # the compiled loops as plain functions (copied and pickled by name, unlike a module)
         self._pop_front: Callable[..., tuple[list[int], int]] | None = getattr(LOOPS, "pop_front", None)
         self._release: Callable[..., tuple[int, int]] | None = getattr(LOOPS, "release", None)

@@ -17,6 +17,7 @@ from functools import partial
 from itertools import chain
 
 from sim.kv.base import LinearBreakdown, MemoryBreakdown, cdiv
+from sim.kv.block_pool import UNPUBLISHED
 from sim.kv.block_table import BlockTable, table_of
 from sim.kv.connector import KvConnector
 from sim.kv.layout import PagedLayout
@@ -59,9 +60,12 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         # tail / stack free orders (vllm-v1-legacy, paper-v0)
         self.lazy_unique = enable_caching and free_order == "front-tail" and not exact_fill
         self._bind_table_loops()  # the per-request loops, compiled (sim/kv/_table_loops.c), or None
+        if self.pool._pop_front is None or self.pool.stack:
+            self._cross = None  # cross_boundary's pops are get_new_blocks' compiled ones, or not made so
 
     def connect(self, connector: KvConnector) -> None:
         self.lazy_unique = False  # the connector keys what it stores by the map's keys
+        self._cross = None  # and hears of each registration (KvCacheManager.connect): none bypassed
         super().connect(connector)
 
     def group_tables(self, req: Request) -> list[BlockTable]:
@@ -139,6 +143,24 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
             return
         for r, b in zip(reqs, self.pool.get_new_blocks(len(reqs)), strict=True):
             r.kv.blocks.append(b)
+
+    def cross_boundary(self, reqs: list[Request], ahead: int | None) -> None:
+        """:meth:`append_block`, then (``ahead`` not None) :meth:`register_decoded_blocks`: a
+        window step's block boundary. One compiled call (``_table_loops.cross``) where those
+        would make it: the pool's pops compiled (not ``stack``, no duplicate keys, nobody logging
+        them: ``BlockPool.observed``), the registrations not heard by a connector."""
+        pool = self.pool
+        if self._cross is not None and not pool.dups and not pool.observed:
+            fq = pool.free_queue
+            evicted = self._cross(reqs, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache, UNPUBLISHED,
+                                  ahead, self.block_size, UNPUBLISHED if self.lazy_unique else None,
+                                  self._register_decoded_one)
+            fq.size -= len(reqs)
+            pool.evictions += evicted
+            return
+        self.append_block(reqs)
+        if ahead is not None:
+            self.register_decoded_blocks(reqs, ahead)
 
     def append_blocks(self, steps: list[list[Request]], n: int) -> None:
         new, g = self.pool.get_new_blocks(n), steps[0]

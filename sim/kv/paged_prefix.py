@@ -44,6 +44,7 @@ class PrefixRegistration:
         self._append_each: Callable[[list[Request], list[int]], None] | None = \
             getattr(TABLE_LOOPS, "append_each", None)
         self._register_decoded: Callable[..., None] | None = getattr(TABLE_LOOPS, "register_decoded", None)
+        self._cross: Callable[..., int] | None = getattr(TABLE_LOOPS, "cross", None)
         self._mark_blocks: Callable[..., None] | None = getattr(TABLE_LOOPS, "mark_blocks", None)
         self._lookup_unique: Callable[..., list[int]] | None = getattr(TABLE_LOOPS, "lookup_unique", None)
         self._publish_marked: Callable[..., None] | None = getattr(TABLE_LOOPS, "publish", None)

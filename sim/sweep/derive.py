@@ -100,6 +100,7 @@ def record_ops(pool: BlockPool, ops: array[int], shared: list[bool]) -> None:
         release(table)
 
     pool.get_new_blocks, pool.pop_one, pool.release = get_new_blocks, pop_one, release_table  # type: ignore[method-assign]
+    pool.observed = True  # no allocator pops around them (PagedAllocator.cross_boundary)
 
 
 def replay_evictions(ops: array[int], usable: int) -> int:

@@ -55,17 +55,17 @@ def uids(plan: StepPlan | None) -> set[int]:
     return {r.uid for r, _ in plan.scheduled} if plan is not None else set()
 
 
-def boundary(buckets: list[list[Request]], s1: int, lag: int, append_block: Callable[[list[Request]], None] | None,
+def boundary(buckets: list[list[Request]], s1: int, lag: int,
+             cross: Callable[[list[Request], int | None], None] | None,
              register: Callable[[list[Request], int], None] | None) -> int:
     """What window step ``s1`` does at block boundaries, in this order: a new block for each
     decoder crossing one (async: the block its step ``s1 - 1`` token filled is registered now,
-    seen a step late); sync: the blocks this step fills are registered. Returns the blocks taken."""
+    seen a step late), both in one ``cross`` (``DecodeBlocks.cross_boundary``); sync: the blocks
+    this step fills are registered. Returns the blocks taken."""
     B = len(buckets)
     bucket = buckets[s1 % B]
     if bucket:
-        append_block(bucket)  # type: ignore[misc]
-        if lag and register is not None:
-            register(bucket, s1 - 1)
+        cross(bucket, s1 - 1 if lag and register is not None else None)  # type: ignore[misc]
     if not lag and register is not None:
         filling = buckets[(s1 + 1) % B]
         if filling:

@@ -52,16 +52,17 @@ class QuietRuns:
     """One window's runs (its constants; the current run's arrays). Slotted: a window on an
     idle replica (a lone request of a day on many replicas) makes one, and fills no dict."""
 
-    __slots__ = ("B", "F0", "H", "P0", "T", "append_block", "blocks", "buckets", "bulk", "busy", "cross",
+    __slots__ = ("B", "F0", "H", "P0", "T", "blocks", "buckets", "bulk", "busy", "cross", "cross_boundary",
                  "ctx", "cum", "dt", "due", "ev", "fq", "k", "key", "lag", "lazy", "lone", "na", "no_run",
                  "nulls", "p_dt", "p_start", "pages", "pausing", "register", "rows", "s0", "t", "usable")
 
     def __init__(self, k: StepKernel, lag: int, buckets: list[list[Any]], lin: tuple[int, int],
-                 register: Callable[[list[Any], int], None] | None, append_block: Callable[[list[Any]], None],
+                 register: Callable[[list[Any], int], None] | None,
+                 cross_boundary: Callable[[list[Any], int | None], None],
                  pausing: Pausing | None) -> None:
         self.k, self.lag, self.buckets, self.B = k, lag, buckets, len(buckets)
         self.usable, self.nulls = lin
-        self.register, self.append_block = register, append_block
+        self.register, self.cross_boundary = register, cross_boundary
         self.pausing = pausing  # None: not pausable (the window ends or hands over at the router)
         self.lazy = pausing is not None and pausing.lazy  # the router's reads need no pause (pause.py)
         self.blocks: DecodeBlocks = k.decode_blocks  # type: ignore[assignment]  # runs: a paged allocator
@@ -231,7 +232,7 @@ class QuietRuns:
                     reg(g, s0 + j - 1)
             return
         for j in steps:
-            boundary(buckets, s0 + j, self.lag, self.append_block, self.register)
+            boundary(buckets, s0 + j, self.lag, self.cross_boundary, self.register)
 
     def _commit(self, a: int, b: int, ops: bool = True) -> None:
         """Run steps ``a+1 .. b``: pool operations (unless done), records, counters."""

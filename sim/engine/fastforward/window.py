@@ -87,7 +87,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     blocks = k.decode_blocks  # None: a slab, no blocks to hand out mid-window
     paged = blocks is not None
     B, page, caching = kv.block_size, k.page_size, k.caching
-    append_block = blocks.append_block if blocks is not None else None
+    cross = blocks.cross_boundary if blocks is not None else None
     pool = blocks.pool if blocks is not None else None
     fq = pool.free_queue if pool is not None else None  # read directly (== kv.num_free_blocks)
     margin = kv.headroom  # the decoders' block checks, noted as their allocations would be
@@ -120,10 +120,10 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         p_plan, p_batch, p_dt, p_start = NO_PLAN, new_batch((0,) * 11), 0.0, t
     partial: set[int] = {part.uid} if part is not None else set()  # chunked prefills (real counts)
     cap = PROGRESS_EVERY if progress is not None else math.inf  # records before the next progress call
-    runs = QuietRuns(k, lag, buckets, (usable, nulls), register, append_block,  # type: ignore[arg-type]
+    runs = QuietRuns(k, lag, buckets, (usable, nulls), register, cross,  # type: ignore[arg-type]
                      Pausing(running, next_arrival, next_due, real_counts, lazy)  # type: ignore[arg-type]
                      if pausable else None) \
-        if lin is not None and quiet and append_block is not None else None
+        if lin is not None and quiet and cross is not None else None
     while decoders:
         s1 = s + 1
         if progress is not None and len(log) >= cap:  # a long window drains its records (bounded memory)
@@ -166,7 +166,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                     else:
                         held = 2  # nor a run until what ready() reads changes (a pull, a pause, a non-quiet step)
                 if bucket or (sync_reg and buckets[(s1 + 1) % B]):  # else boundary() does nothing
-                    pages += boundary(buckets, s1, lag, append_block, register)
+                    pages += boundary(buckets, s1, lag, cross, register)
                 if dec_n != decoders:
                     dec_time, dec_n = k.decode_time(decoders), decoders
                 ctx = c0_sum + decoders * s1
@@ -218,7 +218,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             plan, c0_sum, decoders, pages = preempt_pass(k, running, bucket, out, s, fin, buckets, c0_sum, decoders, pages,
                                                          register if sync_reg else None)
         elif bucket or (sync_reg and buckets[(s1 + 1) % B]):
-            pages += boundary(buckets, s1, lag, append_block, register)
+            pages += boundary(buckets, s1, lag, cross, register)
         if part is not None:  # its next chunk, after every decoder (running order)
             kv.allocate(part, n_part)
             plan = StepPlan(scheduled=[(part, n_part)])
