@@ -40,7 +40,7 @@ from sim.engine.fastforward.handover import close, hand_over
 from sim.engine.fastforward.ordering import Order
 from sim.engine.fastforward.pause import Pausing, pause
 from sim.engine.fastforward.preempt import preempt_pass, supported, victims
-from sim.engine.fastforward.runs import QuietRuns
+from sim.engine.fastforward.runs import MIN_RUN, QuietRuns
 from sim.engine.fastforward.steps import NO_PLAN, NONE, NextArrival, Pull, Window, land, new_batch
 from sim.engine.step import InFlight, StepKernel
 from sim.request import Request
@@ -81,7 +81,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             next_arrival: NextArrival | None, next_due: NextArrival | None, pausable: bool,
             real_counts: bool, part: Request | None, lazy: bool) -> Window:
     sched, kv = k.sched, k.kv
-    running = sched.running
+    running, waiting = sched.running, sched.waiting
     max_batched, max_seqs, seqs = sched.max_num_batched_tokens, sched.max_num_seqs, sched.seq_margin
     fin: dict[int, list[Request]] = {}  # window step -> requests whose last token it samples
     blocks = k.decode_blocks  # None: a slab, no blocks to hand out mid-window
@@ -109,7 +109,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     quiet, due = next_due is not None, next_due() if next_due is not None else 0.0  # (the own inbox's)
     held: int | None = None  # truthy: no admission can run until a pull or a non-quiet step (2: nor a run)
     head: Request | None = None
-    qnw, s, log, progress, dec_time, dec_n = 0, 0, k.log, k.progress, k.decode_time(decoders), decoders
+    qnw, s, dt, log, progress, dec_time, dec_n = 0, 0, 0.0, k.log, k.progress, k.decode_time(decoders), decoders
     na = next_arrival() if next_arrival is not None else math.inf  # no submission until the window ends
     landing, p_done = f is not None, NONE  # the step launched, not landed (p_*): async starts with f
     if f is not None:
@@ -151,11 +151,12 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 due = next_due()  # type: ignore[misc]
                 held = None
             if held is None:
-                qnw = sched.num_waiting
-                head = sched.waiting.peek() if qnw else None
+                qnw = len(waiting)  # == sched.num_waiting: nothing is swapped in a window
+                head = waiting.peek() if qnw else None
                 held = sched.admits_nothing(head, max_batched - decoders)
             if held:
-                if held is True and runs is not None and (not lag or (p_plan is NO_PLAN and p_batch.num_decode_seqs == decoders)):
+                if held is True and runs is not None and due - plan_t >= MIN_RUN * dt and (  # (else ready() says no: a guess,
+                        not lag or (p_plan is NO_PLAN and p_batch.num_decode_seqs == decoders)):  # dt grows in a run)
                     if runs.ready(s, t, decoders, c0_sum, pages, fin, due, na, p_start, p_dt, qnw, len(running), pool.shared_excess):  # type: ignore[union-attr]
                         n = yield from runs.take(s, due, na, p_start, cap - len(log))
                         if n:  # a run of quiet steps, as arrays (sim/engine/fastforward/runs.py)
@@ -223,12 +224,12 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             kv.allocate(part, n_part)
             plan = StepPlan(scheduled=[(part, n_part)])
             partial.discard(part.uid)
-        nw = sched.num_waiting
+        nw = len(waiting)
         if nw and out is None and not skip and (seqs.note(max_seqs - 1 - len(running)) if seqs is not None else len(running) < max_seqs):
             adm = plan if plan is not None else StepPlan()
             sched.admit(adm, max_batched - decoders - n_part, plan_t, k.step + lag)
             if adm.scheduled:
-                plan, nw = adm, sched.num_waiting
+                plan, nw = adm, len(waiting)
         keep = skip and out is None and max_batched > decoders and not (landing and p_done)  # no frees yet
         if lag and pausable and t >= na:  # async: step s (in flight) straddles the router's arrival
             na = yield from pause(k, running, s, uids(plan) | {r.uid for r in p_done}, t, na, next_arrival, real_counts)  # type: ignore[arg-type]
