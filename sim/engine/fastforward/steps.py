@@ -39,7 +39,9 @@ def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
     if lin is not None:  # KvAllocator.breakdown of a paged pool, without its calls (sim/kv/base.py)
         pool = k.decode_blocks.pool  # type: ignore[union-attr]
         free_blocks, shared = pool.free_queue.size, pool.shared_excess
-        tok, res, internal, ext, free = lin.split(free_blocks, shared, computed)
+        B, used = lin.block_size, lin.usable - free_blocks  # LinearBreakdown.split, inlined (as the window's)
+        internal = (used + shared) * B - computed
+        tok, res, ext, free = used * B - internal, 0, lin.null_slots, free_blocks * B
     else:
         tok, res, internal, ext, free = kv.breakdown(running, computed, waiting=sched.waiting.peek() if nw else None)
         free_blocks, shared = kv.num_free_blocks, kv.shared_excess
