@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -30,46 +31,59 @@ def _column(reqs: Sequence[Request], name: str, dtype: Any) -> np.ndarray:
     return np.fromiter(map(attrgetter(name), reqs), dtype=dtype, count=len(reqs))
 
 
-def request_columns(reqs: Sequence[Request]) -> pd.DataFrame:
-    """The request columns the run summary reads (no ids, reasons' details or parents), as numpy
-    columns; :func:`request_frame` adds the others (the same values and order)."""
+def _columns(reqs: Sequence[Request], names: tuple[str, ...], dtype: Any) -> dict[str, np.ndarray]:
+    """The attributes ``names`` of every request, one contiguous numpy column each, read in one
+    pass (one ``np.fromiter`` over the requests' attribute tuples, not one per column)."""
+    flat = np.fromiter(chain.from_iterable(map(attrgetter(*names), reqs)), dtype=dtype, count=len(reqs) * len(names))
+    a = flat.reshape(len(reqs), len(names)).T.copy()  # row i: column names[i]
+    return dict(zip(names, a, strict=True))
+
+
+_INTS = ("status", "prompt_tokens", "output_tokens", "first_scheduled_step", "finish_step", "num_preemptions",
+         "prefix_hit_tokens")
+_FLOATS = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s")
+
+
+def _summary_columns(reqs: Sequence[Request], ints: dict[str, np.ndarray]) -> dict[str, Any]:
+    """:func:`request_columns`' columns, in its order (``ints``: the integer attributes)."""
     n = len(reqs)
-
-    def col(name: str, dtype: Any) -> np.ndarray:
-        return _column(reqs, name, dtype)
-
-    def neg_nan(a: np.ndarray) -> np.ndarray:
-        return np.where(a < 0, np.nan, a)
-
-    st = col("status", np.int64)
+    f = _columns(reqs, _FLOATS, np.float64)
+    st, arr, out_t = ints["status"], f["arrival_s"], ints["output_tokens"]
     status = np.where(st == Status.FINISHED, "finished", np.where(st == Status.REJECTED, "rejected", "unfinished"))
-    fs, ft, fn = (neg_nan(col(c, np.float64)) for c in ("first_scheduled_s", "first_token_s", "finish_s"))
-    arr, out_t = col("arrival_s", np.float64), col("output_tokens", np.int64)
-    capped = col("length_capped", bool)
-    finish = np.where(st == Status.REJECTED, "rejected",
-                      np.where(st != Status.FINISHED, np.array(None, dtype=object), np.where(capped, "length", "stop")))
-    return pd.DataFrame({
-        "arrival_s": arr, "prompt_tokens": col("prompt_tokens", np.int64), "output_tokens": out_t,
+    fs, ft, fn = (np.where(f[c] < 0, np.nan, f[c]) for c in ("first_scheduled_s", "first_token_s", "finish_s"))
+    capped = _column(reqs, "length_capped", bool)
+    # FINISH_REASONS' codes: stop 0, length 1, rejected 2; NA (-1) while unfinished
+    finish = np.where(st == Status.REJECTED, 2, np.where(st != Status.FINISHED, -1, np.where(capped, 1, 0)))
+    rejected = bool((st == Status.REJECTED).any())
+    return {
+        "arrival_s": arr, "prompt_tokens": ints["prompt_tokens"], "output_tokens": out_t,
         "status": status.astype(object),
-        "finish_reason": pd.Categorical(finish, categories=FINISH_REASONS),
-        "reject_reason": pd.Categorical([r.reject_reason or None for r in reqs] if (st == Status.REJECTED).any()
-                                        else [None] * n, categories=CODES),
+        "finish_reason": pd.Categorical.from_codes(finish, categories=FINISH_REASONS),
+        "reject_reason": pd.Categorical([r.reject_reason or None for r in reqs], categories=CODES) if rejected
+        else pd.Categorical.from_codes(np.full(n, -1), categories=CODES),
         "first_scheduled_s": fs, "first_token_s": ft, "finish_s": fn,
         "ttft_s": ft - arr, "tpot_s": np.where(out_t > 1, (fn - ft) / np.maximum(out_t - 1, 1), np.nan),
         "e2e_s": fn - arr,
-    })
+    }
+
+
+def request_columns(reqs: Sequence[Request]) -> pd.DataFrame:
+    """The request columns the run summary reads (no ids, reasons' details or parents), as numpy
+    columns; :func:`request_frame` adds the others (the same values and order)."""
+    return pd.DataFrame(_summary_columns(reqs, _columns(reqs, ("status", "prompt_tokens", "output_tokens"), np.int64)))
 
 
 def request_frame(reqs: Sequence[Request]) -> pd.DataFrame:
     """One row per request, in uid order: :func:`request_columns` and the ids, the steps, the
-    counts and the details."""
-    frame = request_columns(reqs)
-    for name in ("first_scheduled_step", "finish_step", "num_preemptions", "prefix_hit_tokens"):
-        frame[name] = _column(reqs, name, np.int64)
-    frame["request_id"] = [r.request_id for r in reqs]
-    frame["reject_detail"] = pd.Series([r.reject_detail or None for r in reqs], dtype="str")
-    frame["parent_id"] = pd.Series([reqs[r.parent].request_id if r.parent >= 0 else None for r in reqs], dtype="str")
-    return frame[list(REQUEST_COLUMNS)]
+    counts and the details (one frame, built in :data:`REQUEST_COLUMNS`' order)."""
+    ints = _columns(reqs, _INTS, np.int64)
+    cols = _summary_columns(reqs, ints)
+    cols.update((name, ints[name]) for name in ("first_scheduled_step", "finish_step", "num_preemptions",
+                                                   "prefix_hit_tokens"))
+    cols["request_id"] = [r.request_id for r in reqs]
+    cols["reject_detail"] = pd.Series([r.reject_detail or None for r in reqs], dtype="str")
+    cols["parent_id"] = pd.Series([reqs[r.parent].request_id if r.parent >= 0 else None for r in reqs], dtype="str")
+    return pd.DataFrame({name: cols[name] for name in REQUEST_COLUMNS})
 
 
 def memory_breakdown(steps: pd.DataFrame) -> dict[str, float]:

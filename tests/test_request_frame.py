@@ -1,0 +1,58 @@
+"""The per-request table (``sim/io/results.py``): one row per request, each column the request's
+attribute as it holds it, with vLLM's finish reasons and NaN where a time was never set; the
+summary's narrower table (``request_columns``) is the same values."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from sim.io.results import REQUEST_COLUMNS, request_columns, request_frame
+from sim.request import Request, Status
+from tests.helpers import req
+
+
+def requests_in_every_state() -> list[Request]:
+    """Finished (stop and length), rejected, running and waiting requests, with distinct counts."""
+    rs = [req(i, 10 + i, out=3 + i, arrival=0.5 * i) for i in range(5)]
+    for i, r in enumerate(rs):
+        r.first_scheduled_step, r.finish_step, r.num_preemptions, r.prefix_hit_tokens = 10 + i, 20 + i, i, 16 * i
+    stop, length, rejected, running, _waiting = rs
+    for r, t in ((stop, 2.0), (length, 3.0)):
+        r.status, r.first_scheduled_s, r.first_token_s, r.finish_s = Status.FINISHED, t, t + 0.25, t + 1.25
+    length.length_capped = True
+    rejected.status, rejected.reject_reason, rejected.reject_detail = Status.REJECTED, "kv_pool", "needs 9 blocks"
+    running.status, running.first_scheduled_s, running.first_token_s = Status.RUNNING, 4.0, 4.5
+    return rs
+
+
+def test_each_row_holds_its_requests_attributes() -> None:
+    rs = requests_in_every_state()
+    f = request_frame(rs)
+    assert list(f.columns) == list(REQUEST_COLUMNS)
+    assert list(f.request_id) == [r.request_id for r in rs]
+    assert list(f.prompt_tokens) == [10, 11, 12, 13, 14] and list(f.output_tokens) == [3, 4, 5, 6, 7]
+    assert list(f.arrival_s) == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert list(f.first_scheduled_step) == [10, 11, 12, 13, 14] and list(f.finish_step) == [20, 21, 22, 23, 24]
+    assert list(f.num_preemptions) == [0, 1, 2, 3, 4] and list(f.prefix_hit_tokens) == [0, 16, 32, 48, 64]
+    assert list(f.status) == ["finished", "finished", "rejected", "unfinished", "unfinished"]
+    reasons = list(f.finish_reason)
+    assert reasons[:3] == ["stop", "length", "rejected"] and all(pd.isna(x) for x in reasons[3:])
+    assert f.reject_reason[2] == "kv_pool" and f.reject_reason.isna().sum() == 4
+    assert f.reject_detail[2] == "needs 9 blocks" and f.reject_detail.isna().sum() == 4
+    assert f.ttft_s[0] == 0.25 + 2.0 and f.e2e_s[1] == 4.25 - 0.5 and f.tpot_s[0] == 1.0 / 2
+    assert math.isnan(f.finish_s[3]) and f.first_token_s[3] == 4.5  # running: no finish yet
+    assert f[["first_scheduled_s", "first_token_s", "finish_s"]].iloc[4].isna().all()  # waiting: never scheduled
+
+
+def test_the_summary_columns_are_the_frames_values() -> None:
+    rs = requests_in_every_state()
+    narrow, full = request_columns(rs), request_frame(rs)
+    pd.testing.assert_frame_equal(narrow, full[list(narrow.columns)], check_exact=True)
+
+
+def test_no_requests_give_the_empty_table_with_every_column() -> None:
+    f = request_frame([])
+    assert list(f.columns) == list(REQUEST_COLUMNS) and len(f) == 0
+    assert len(request_columns([])) == 0
