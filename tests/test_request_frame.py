@@ -56,3 +56,10 @@ def test_no_requests_give_the_empty_table_with_every_column() -> None:
     f = request_frame([])
     assert list(f.columns) == list(REQUEST_COLUMNS) and len(f) == 0
     assert len(request_columns([])) == 0
+
+
+def test_one_attribute_read_alone_is_a_column_too() -> None:
+    from sim.io.results import _columns
+
+    rs = requests_in_every_state()
+    assert list(_columns(rs, ("finish_step",), int)["finish_step"]) == [20, 21, 22, 23, 24]

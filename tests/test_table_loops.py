@@ -167,5 +167,5 @@ def test_an_allocator_with_compiled_loops_copies_and_pickles(monkeypatch: pytest
     monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops("compiled"))
     kv, _ = allocator_with_decoders("compiled", True)
     for other in (copy.deepcopy(kv), pickle.loads(pickle.dumps(kv))):
-        assert None not in (other._append_each, other._register_decoded, other._mark_blocks)
+        assert None not in (other._append_each, other._register_decoded, other._mark_blocks, other._cross)
         assert other.pool.free_queue.to_list() == kv.pool.free_queue.to_list()

@@ -34,6 +34,8 @@ def _column(reqs: Sequence[Request], name: str, dtype: Any) -> np.ndarray:
 def _columns(reqs: Sequence[Request], names: tuple[str, ...], dtype: Any) -> dict[str, np.ndarray]:
     """The attributes ``names`` of every request, one contiguous numpy column each, read in one
     pass (one ``np.fromiter`` over the requests' attribute tuples, not one per column)."""
+    if len(names) == 1:  # attrgetter of one name gives the value, not a 1-tuple
+        return {names[0]: _column(reqs, names[0], dtype)}
     flat = np.fromiter(chain.from_iterable(map(attrgetter(*names), reqs)), dtype=dtype, count=len(reqs) * len(names))
     a = flat.reshape(len(reqs), len(names)).T.copy()  # row i: column names[i]
     return dict(zip(names, a, strict=True))
