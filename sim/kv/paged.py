@@ -115,22 +115,17 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         changes nothing when the blocks are not there. ``cache=False``: publish nothing yet (an
         asynchronous load: its blocks are registered when it arrives).
         """
-        # can_allocate and table_of, inlined (an admission, a chunk, a decoder's new block)
-        pool, B, nhit, table = self.pool, self.block_size, len(hits), req.kv
-        held = (0 if table is None else len(table.blocks)) + nhit
-        slots = req.num_computed_tokens + nhit * B + num_new_tokens
-        need = max(-(-slots // B) - held, 0)
-        hit_free = pool.num_free_among(hits) if nhit else 0
-        if not self._margin.note(pool.free_queue.size - need - hit_free - reserve):
+        need = self.can_allocate(req, num_new_tokens, hits, reserve=reserve)
+        if need < 0:
             return False
-        if table is None:
-            table = req.kv = BlockTable()
+        table = table_of(req)
         if hits:
-            pool.touch(hits)
+            self.pool.touch(hits)
             table.blocks.extend(hits)
         if need:
-            table.blocks.extend(pool.get_new_blocks(need))
+            table.blocks.extend(self.pool.get_new_blocks(need))
         if cache and self.enable_caching:
+            slots = req.num_computed_tokens + len(hits) * self.block_size + num_new_tokens
             self.register_full_blocks(req, min(slots, req.num_tokens))
         return True
 

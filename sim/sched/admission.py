@@ -63,9 +63,8 @@ class Admission:
         """
         if not self.reserve_full_isl or req.content is not None:
             return False
-        slack = kv.num_free_blocks - kv.blocks_needed(req, req.num_tokens) - (self.watermark_blocks if has_running else 0)
-        margin = kv.headroom  # fits(), inlined (a blocked head is asked every step)
-        return not (margin.note(slack) if margin is not None else slack >= 0)
+        wm = self.watermark_blocks if has_running else 0
+        return not fits(kv, kv.blocks_needed(req, req.num_tokens) + wm)
 
     def may_resume(self, kv: KvAllocator, req: Request) -> bool:
         """Swap-in: the request's whole sequence plus the watermark must be free."""
