@@ -4,28 +4,43 @@ A decoder in a window keeps its token counts at its virtual start ``c0`` and sit
 indexes: ``buckets[(1 - c0) % B]`` (the window step at which it needs its next block) and
 ``fin[step]`` (the window step that samples its last token). The running sums (``c0_sum``,
 number of decoders, pages held) stay locals of the window loop, which reads them every step;
-these helpers maintain the indexes and return the pages to add or take away.
+these helpers maintain the indexes and return the pages to add or take away. ``fin``'s keys
+are also kept in a heap, ``ends``, pruned lazily (:func:`nearest`): a key taken out of ``fin``
+stays in the heap until it is the least.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from heapq import heappop, heappush
 
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
 
-def join(r: Request, finish_at: int, fin: dict[int, list[Request]], buckets: list[list[Request]],
-         paged: bool) -> int:
+def join(r: Request, finish_at: int, fin: dict[int, list[Request]], ends: list[int],
+         buckets: list[list[Request]], paged: bool) -> int:
     """Index a decoder (its counts already at ``c0``); returns the pages it holds."""
     if finish_at in fin:
         fin[finish_at].append(r)
     else:
         fin[finish_at] = [r]
+        heappush(ends, finish_at)
     if not paged:
         return 0
     buckets[(1 - r.num_computed_tokens) % len(buckets)].append(r)
     return len(r.kv.blocks)
+
+
+def nearest(fin: dict[int, list[Request]], ends: list[int]) -> float:
+    """The least key of ``fin`` (the next window step that samples a last token; inf if none),
+    from its heap ``ends``, whose keys no longer in ``fin`` are dropped on the way."""
+    while ends:
+        if ends[0] in fin:
+            return ends[0]
+        heappop(ends)
+    return math.inf
 
 
 def leave(r: Request, buckets: list[list[Request]], paged: bool) -> int:

@@ -53,7 +53,7 @@ class QuietRuns:
     idle replica (a lone request of a day on many replicas) makes one, and fills no dict."""
 
     __slots__ = ("B", "F0", "H", "P0", "T", "blocks", "buckets", "bulk", "busy", "cross", "cross_boundary",
-                 "ctx", "cum", "dt", "due", "ev", "fq", "k", "key", "lag", "lazy", "lone", "na", "no_run",
+                 "ctx", "cum", "dt", "due", "ev", "fq", "k", "key", "lag", "lazy", "lone", "min_run", "na", "no_run",
                  "nulls", "p_dt", "p_start", "pages", "pausing", "register", "rows", "s0", "t", "usable")
 
     def __init__(self, k: StepKernel, lag: int, buckets: list[list[Any]], lin: tuple[int, int],
@@ -67,6 +67,7 @@ class QuietRuns:
         self.lazy = pausing is not None and pausing.lazy  # the router's reads need no pause (pause.py)
         self.blocks: DecodeBlocks = k.decode_blocks  # type: ignore[assignment]  # runs: a paged allocator
         self.fq, self.bulk = self.blocks.pool.free_queue, bool(lag) and self.blocks.lazy_unique
+        self.min_run = MIN_RUN  # the window's gates read it here (tests lower the module's)
         self.key: tuple[Any, ...] | None = None
         self.no_run: tuple[Any, ...] | None = None  # the state at the last refused run
         self.t = self.due = self.na = self.p_start = self.p_dt = 0.0

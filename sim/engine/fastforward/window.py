@@ -35,12 +35,12 @@ from __future__ import annotations
 import math
 
 from sim.engine.fastforward.chunked import carried, next_chunk
-from sim.engine.fastforward.decoders import boundary, by_seq, join, leave, uids
+from sim.engine.fastforward.decoders import boundary, by_seq, join, leave, nearest, uids
 from sim.engine.fastforward.handover import close, hand_over
 from sim.engine.fastforward.ordering import Order
 from sim.engine.fastforward.pause import Pausing, pause
 from sim.engine.fastforward.preempt import preempt_pass, supported, victims
-from sim.engine.fastforward.runs import MIN_RUN, QuietRuns
+from sim.engine.fastforward.runs import QuietRuns
 from sim.engine.fastforward.steps import NO_PLAN, NONE, NextArrival, Pull, Window, land, new_batch
 from sim.engine.step import InFlight, StepKernel
 from sim.request import Request
@@ -84,6 +84,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     running, waiting = sched.running, sched.waiting
     max_batched, max_seqs, seqs = sched.max_num_batched_tokens, sched.max_num_seqs, sched.seq_margin
     fin: dict[int, list[Request]] = {}  # window step -> requests whose last token it samples
+    ends: list[int] = []  # fin's keys, a heap (decoders.nearest)
     blocks = k.decode_blocks  # None: a slab, no blocks to hand out mid-window
     paged = blocks is not None
     B, page, caching = kv.block_size, k.page_size, k.caching
@@ -104,7 +105,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             continue  # async: in f.done, skipped in the next plan, freed when f lands
         c0_sum += r.num_computed_tokens
         decoders += 1
-        pages += join(r, left, fin, buckets, paged)
+        pages += join(r, left, fin, ends, buckets, paged)
     step_cost, bb, breakdown, log_row = k.cost.step_time, k.block_bytes, kv.breakdown, k.log.append
     quiet, due = next_due is not None, next_due() if next_due is not None else 0.0  # (the own inbox's)
     held: int | None = None  # truthy: no admission can run until a pull or a non-quiet step (2: nor a run)
@@ -155,13 +156,13 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 head = waiting.peek() if qnw else None
                 held = sched.admits_nothing(head, max_batched - decoders)
             if held:
-                if held is True and runs is not None and due - plan_t >= MIN_RUN * dt and (  # (else ready() says no: a guess,
+                if held is True and runs is not None and due - plan_t >= runs.min_run * dt and (  # (else ready() says no: a guess,
                         not lag or (p_plan is NO_PLAN and p_batch.num_decode_seqs == decoders)):  # dt grows in a run)
-                    if runs.ready(s, t, decoders, c0_sum, pages, fin, due, na, p_start, p_dt, qnw, len(running), pool.shared_excess):  # type: ignore[union-attr]
+                    if nearest(fin, ends) - s1 >= runs.min_run and runs.ready(  # (a decoder finishing sooner: ready() says no)
+                            s, t, decoders, c0_sum, pages, fin, due, na, p_start, p_dt, qnw, len(running), pool.shared_excess):  # type: ignore[union-attr]
                         n = yield from runs.take(s, due, na, p_start, cap - len(log))
                         if n:  # a run of quiet steps, as arrays (sim/engine/fastforward/runs.py)
-                            s, t, pages, due, na, p_dt, p_start = s + n, runs.t, runs.pages, runs.due, runs.na, \
-                                runs.p_dt, runs.p_start
+                            s, t, pages, due, na, p_dt, p_start = s + n, runs.t, runs.pages, runs.due, runs.na, runs.p_dt, runs.p_start
                             p_batch = new_batch((0, 0, 0.0, 0, decoders, runs.ctx, pages, page, 0, 0, bb))
                             continue
                     else:
@@ -270,7 +271,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                     r.num_tokens -= s1
                     c0_sum += r.num_computed_tokens
                     decoders += 1
-                    pages += join(r, s1 + left, fin, buckets, paged)
+                    pages += join(r, s1 + left, fin, ends, buckets, paged)
                 else:
                     partial.add(r.uid)  # a chunked prefill remains: the window carries one on
                     part = r
@@ -285,8 +286,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 r.num_computed_tokens += s1
                 r.num_output += s1
                 r.num_tokens += s1
-        p_plan = plan if plan is not None else NO_PLAN
-        p_batch, p_dt, p_start, p_done, t, landing = batch, dt, t, done, end, True
+        p_plan, p_batch, p_dt, p_start, p_done, t, landing = plan if plan is not None else NO_PLAN, batch, dt, t, done, end, True
         if len(partial) > 1:
             break  # more than one chunked prefill remains: hand over to exact steps
         if not lag:  # sync: step s1 lands at its end, before step s1 + 1 is planned
