@@ -68,6 +68,30 @@ def test_a_finished_request_never_enters_the_map_and_a_preempted_one_finds_its_b
     lazy.pool.check()
 
 
+def test_a_request_never_given_blocks_here_probes_nothing_without_reading_the_map() -> None:
+    """Its keys are its own (``unique_key(uid, j)``) and enter the map only through its own table,
+    so a request without content that holds no table here has no hit, whatever the map holds
+    (here: another request's published keys); one with a table is looked up."""
+    lazy, _ = pools(11, 4)
+    reads: list[int] = []
+
+    class Reads(dict):  # type: ignore[type-arg]
+        def get(self, key: Any, default: Any = None) -> Any:
+            reads.append(key)
+            return super().get(key, default)
+
+    lazy.pool.cache = Reads()
+    other = req(0, 10)
+    assert lazy.allocate(other, 10)
+    other.num_computed_tokens = 10
+    lazy.free(other)  # a preemption: its two full blocks published
+    assert len(lazy.pool.cache) == 2
+    fresh = req(1, 10)
+    assert lazy.get_computed_blocks(fresh) == [] and reads == []
+    other.num_computed_tokens = 0
+    assert lazy.get_computed_blocks(other) == [1, 2] and reads
+
+
 @pytest.mark.parametrize("kw", [dict(num_gpu_blocks=900, max_model_len=8192),
                                 dict(num_gpu_blocks=900, max_model_len=8192, async_scheduling=False)])
 def test_a_preempting_run_is_bit_identical_with_and_without_unpublished_blocks(

@@ -57,6 +57,8 @@ class PrefixRegistration:
         cache = self.pool.cache
         n = (req.num_tokens - 1) // self.block_size
         if req.content is None:  # every key is arithmetic: unique_key(uid, j) == u0 - j
+            if req.kv is None:  # never given blocks here: none of its keys entered this map
+                return hits
             u0 = unique_key(req.uid, 0)
             if self._lookup_unique is not None:  # the loop below, compiled
                 return self._lookup_unique(cache, u0, n)
