@@ -110,7 +110,8 @@ def test_a_pool_whose_pops_are_logged_sees_every_pop_of_a_block_boundary(monkeyp
     pool.observed = True
     kv.cross_boundary(reqs[:3], None)
     kv.cross_boundary(reqs[3:4], None)
-    assert logged == [3, 1]
+    assert kv.allocate(req(40, 9), 9)  # an admission's pops too (_table_loops.take)
+    assert logged == [3, 1, 3]
 
 
 def test_a_new_prompt_marks_the_same_blocks_with_either_loop(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,6 +127,39 @@ def test_a_new_prompt_marks_the_same_blocks_with_either_loop(monkeypatch: pytest
         kv.check([r for r in reqs if r is not reqs[1]] + [late])
     assert states[0] == states[1]
     assert states[0][1] == 7 and states[0][0].count(UNPUBLISHED) >= 7
+
+
+def test_an_admission_in_one_compiled_call_leaves_what_pops_and_marks_leave(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``allocate`` of a request without content: the compiled call (pops, extend, marks) against
+    the Python path (``get_new_blocks`` then ``register_full_blocks``), where the pops evict
+    blocks with content keys, published unique keys and marks; a re-admission with hits, and a
+    prompt in chunks (a chunk that fills no new block, one that takes none)."""
+    states = []
+    for which in ("compiled", "python"):
+        monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
+        kv, reqs = allocator_with_decoders(which, True)
+        assert (kv._take is not None) == (which == "compiled")
+        hog = req(30, 4 * kv.num_free_blocks)
+        assert kv.allocate(hog, hog.num_tokens)
+        for r in (reqs[5], reqs[2], hog):  # content keys; then two preemptions (published keys)
+            kv.free(r)
+        back = reqs[2]
+        hits = kv.get_computed_blocks(back)
+        back.num_computed_tokens = 0
+        before = kv.evictions
+        assert kv.allocate(back, back.num_tokens - 4 * len(hits), hits)
+        late = req(20, 30)
+        for n in (10, 1, 0, 19):  # 2 blocks marked; 1 block, none marked; nothing; 5 blocks, 5 marked
+            assert kv.allocate(late, n)
+            late.num_computed_tokens += n
+        pool = kv.pool
+        states.append((len(hits), list(pool.block_hash), dict(pool.cache), list(pool.ref), pool.free_queue.to_list(),
+                       pool.free_queue.size, kv.evictions - before,
+                       [(list(r.kv.blocks), r.kv.num_registered) for r in (back, late)]))
+        kv.check([*reqs[:2], *reqs[3:5], back, late])
+    assert states[0] == states[1]
+    assert states[0][0] == 2 and states[0][6] > 0, "a re-admission with hits; the pops evicted hashed blocks"
+    assert states[0][7][1][1] == 7, "the late prompt's 7 full blocks are marked"
 
 
 def test_a_map_that_logs_what_enters_and_leaves_sees_the_same_with_either_loop(
@@ -161,11 +195,17 @@ def test_the_compiled_loops_refuse_what_python_would_not_read(monkeypatch: pytes
         loops.mark_blocks(kv.pool.block_hash, [999], 0, 1, UNPUBLISHED)  # type: ignore[union-attr]
     with pytest.raises(TypeError):
         loops.register_decoded(reqs, 0, 4, (), UNPUBLISHED, kv._register_decoded_one)  # type: ignore[union-attr]
+    fq, pool = kv.pool.free_queue, kv.pool
+    free = fq.to_list()
+    with pytest.raises(ValueError, match="must not be negative"):
+        loops.take([], fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache,  # type: ignore[union-attr]
+                   UNPUBLISHED, 1, -1, 1)
+    assert fq.to_list() == free, "refused before any pop"
 
 
 def test_an_allocator_with_compiled_loops_copies_and_pickles(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops("compiled"))
     kv, _ = allocator_with_decoders("compiled", True)
     for other in (copy.deepcopy(kv), pickle.loads(pickle.dumps(kv))):
-        assert None not in (other._append_each, other._register_decoded, other._mark_blocks, other._cross)
+        assert None not in (other._append_each, other._register_decoded, other._mark_blocks, other._cross, other._take)
         assert other.pool.free_queue.to_list() == kv.pool.free_queue.to_list()

@@ -31,6 +31,12 @@
  *       For each block b of blocks[j0:full] (a slice: clamped to the list), in order: if
  *       block_hash[b] is None, block_hash[b] = unpub (a new request's prompt blocks, marked).
  *
+ *   take(blocks, nxt, prv, head, ref, block_hash, cache, unpub, n, j0, full) -> evicted
+ *       An admission's new blocks in one call (PagedAllocator.allocate, a request without
+ *       content): the pops of BlockPool.get_new_blocks(n) (as cross's), blocks.extend(them),
+ *       then mark_blocks(block_hash, blocks, j0, full, unpub). Returns the evictions; the caller
+ *       takes n off the queue's size, counts them and sets the table's num_registered.
+ *
  *   lookup_unique(cache, u0, n) -> list
  *       cache[u0 - j] for j = 0, 1, ... while the key is in the map, at most n: a request
  *       without content probing its own blocks from before a preemption (get_computed_blocks).
@@ -225,26 +231,20 @@ static PyObject *append_each(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
-static PyObject *mark_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "mark_blocks(block_hash: list, blocks: list, j0, full, unpub)");
-        return NULL;
-    }
-    PyObject *bh = args[0], *blocks = args[1], *unpub = args[4];
-    Py_ssize_t j0 = PyLong_AsSsize_t(args[2]), full = PyLong_AsSsize_t(args[3]);
-    if ((j0 == -1 || full == -1) && PyErr_Occurred()) return NULL;
-    Py_ssize_t len = PyList_GET_SIZE(blocks);
+/* mark_blocks' loop: blocks[j0:full] (clamped) whose hash is None get unpub (0, or -1 with an
+ * exception set) */
+static int mark_range(PyObject *bh, PyObject *blocks, Py_ssize_t j0, Py_ssize_t full, PyObject *unpub) {
     if (j0 < 0 || full < 0) {
         PyErr_SetString(PyExc_ValueError, "mark_blocks: j0 and full must not be negative");
-        return NULL;
+        return -1;
     }
-    if (full > len) full = len;
+    if (full > PyList_GET_SIZE(blocks)) full = PyList_GET_SIZE(blocks);
     for (Py_ssize_t j = j0; j < full; j++) {
         long b;
-        if (as_long(PyList_GET_ITEM(blocks, j), &b) < 0) return NULL;
+        if (as_long(PyList_GET_ITEM(blocks, j), &b) < 0) return -1;
         if (b < 0 || b >= PyList_GET_SIZE(bh)) {
             PyErr_Format(PyExc_IndexError, "block id %ld out of range", b);
-            return NULL;
+            return -1;
         }
         PyObject *old = PyList_GET_ITEM(bh, b);
         if (old == Py_None) {
@@ -253,7 +253,41 @@ static PyObject *mark_blocks(PyObject *self, PyObject *const *args, Py_ssize_t n
             Py_DECREF(old);
         }
     }
+    return 0;
+}
+
+static PyObject *mark_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "mark_blocks(block_hash: list, blocks: list, j0, full, unpub)");
+        return NULL;
+    }
+    Py_ssize_t j0 = PyLong_AsSsize_t(args[2]), full = PyLong_AsSsize_t(args[3]);
+    if ((j0 == -1 || full == -1) && PyErr_Occurred()) return NULL;
+    if (mark_range(args[0], args[1], j0, full, args[4]) < 0) return NULL;
     Py_RETURN_NONE;
+}
+
+static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])
+            || !PyList_Check(args[4]) || !PyList_Check(args[5]) || !PyDict_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "take(blocks: list, nxt: list, prv: list, head, ref: list, "
+                        "block_hash: list, cache: dict, unpub, n, j0, full)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[8]), j0 = PyLong_AsSsize_t(args[9]), full = PyLong_AsSsize_t(args[10]);
+    if ((n == -1 || j0 == -1 || full == -1) && PyErr_Occurred()) return NULL;
+    if (n < 0 || j0 < 0 || full < 0) {
+        PyErr_SetString(PyExc_ValueError, "take: n, j0 and full must not be negative");
+        return NULL;
+    }
+    Py_ssize_t evicted;
+    PyObject *new = pop_n(args[1], args[2], args[3], args[4], args[5], args[6], n, args[7], &evicted);
+    if (new == NULL) return NULL;
+    Py_ssize_t len = PyList_GET_SIZE(args[0]);
+    int rc = PyList_SetSlice(args[0], len, len, new);  /* blocks.extend(new) */
+    Py_DECREF(new);
+    if (rc < 0 || mark_range(args[5], args[0], j0, full, args[7]) < 0) return NULL;
+    return PyLong_FromSsize_t(evicted);
 }
 
 static PyObject *lookup_unique(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -357,6 +391,8 @@ static PyMethodDef methods[] = {
      "A block for each request from the free queue's front, then their filled blocks marked (see the module source)."},
     {"mark_blocks", (PyCFunction)(void (*)(void))mark_blocks, METH_FASTCALL,
      "Mark the unhashed blocks of blocks[j0:full] (see the module source)."},
+    {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,
+     "A new prompt's blocks from the free queue's front, then marked (see the module source)."},
     {"lookup_unique", (PyCFunction)(void (*)(void))lookup_unique, METH_FASTCALL,
      "A request's own blocks in the map under u0, u0 - 1, ... (see the module source)."},
     {"publish", (PyCFunction)(void (*)(void))publish, METH_FASTCALL,

@@ -61,11 +61,11 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         self.lazy_unique = enable_caching and free_order == "front-tail" and not exact_fill
         self._bind_table_loops()  # the per-request loops, compiled (sim/kv/_table_loops.c), or None
         if self.pool._pop_front is None or self.pool.stack:
-            self._cross = None  # cross_boundary's pops are get_new_blocks' compiled ones, or not made so
+            self._cross = self._take = None  # their pops are get_new_blocks' compiled ones, or not made so
 
     def connect(self, connector: KvConnector) -> None:
         self.lazy_unique = False  # the connector keys what it stores by the map's keys
-        self._cross = None  # and hears of each registration (KvCacheManager.connect): none bypassed
+        self._cross = self._take = None  # and hears of each registration (KvCacheManager.connect): none bypassed
         super().connect(connector)
 
     def group_tables(self, req: Request) -> list[BlockTable]:
@@ -118,15 +118,27 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         need = self.can_allocate(req, num_new_tokens, hits, reserve=reserve)
         if need < 0:
             return False
-        table = table_of(req)
+        table, pool = table_of(req), self.pool
         if hits:
-            self.pool.touch(hits)
+            pool.touch(hits)
             table.blocks.extend(hits)
+        if not (cache and self.enable_caching):
+            if need:
+                table.blocks.extend(pool.get_new_blocks(need))
+            return True
+        full = min(req.num_computed_tokens + len(hits) * self.block_size + num_new_tokens, req.num_tokens)
+        if need and self._take is not None and req.content is None and self.lazy_unique and not pool.dups \
+                and not pool.observed:  # pops and marks in one compiled call (_table_loops.take)
+            fq, j0, full = pool.free_queue, table.num_registered, full // self.block_size
+            pool.evictions += self._take(table.blocks, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash,
+                                         pool.cache, UNPUBLISHED, need, j0, full)
+            fq.size -= need
+            if full > j0:
+                table.num_registered = full
+            return True
         if need:
-            table.blocks.extend(self.pool.get_new_blocks(need))
-        if cache and self.enable_caching:
-            slots = req.num_computed_tokens + len(hits) * self.block_size + num_new_tokens
-            self.register_full_blocks(req, min(slots, req.num_tokens))
+            table.blocks.extend(pool.get_new_blocks(need))
+        self.register_full_blocks(req, full)
         return True
 
     @property
