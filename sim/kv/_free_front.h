@@ -21,6 +21,25 @@ static int get_index(PyObject *list, PyObject *item, Py_ssize_t *out) {
     return 0;
 }
 
+/* `item` as an index below `lim` (the least length of the lists it indexes): one conversion for
+ * several lists */
+static int index_below(PyObject *item, Py_ssize_t lim, Py_ssize_t *out) {
+    Py_ssize_t i = PyLong_AsSsize_t(item);
+    if (i == -1 && PyErr_Occurred()) return -1;
+    if (i < 0 || i >= lim) {
+        PyErr_Format(PyExc_IndexError, "block id %zd out of range", i);
+        return -1;
+    }
+    *out = i;
+    return 0;
+}
+
+static Py_ssize_t least_len(PyObject *a, PyObject *b, PyObject *c) {
+    Py_ssize_t n = PyList_GET_SIZE(a);
+    if (PyList_GET_SIZE(b) < n) n = PyList_GET_SIZE(b);
+    return PyList_GET_SIZE(c) < n ? PyList_GET_SIZE(c) : n;
+}
+
 static void set_item(PyObject *list, Py_ssize_t i, PyObject *value) {  /* borrowed value */
     Py_INCREF(value);
     PyObject *old = PyList_GET_ITEM(list, i);
@@ -40,15 +59,22 @@ static PyObject *pop_n(PyObject *nxt, PyObject *prv, PyObject *head, PyObject *r
     PyObject *one = PyLong_FromLong(1);  /* a cached small int: no allocation */
     *evicted = 0;
     PyObject *b = PyList_GET_ITEM(nxt, h);
+    Py_ssize_t lim = least_len(ref, bh, nxt);
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t bi;
-        if (get_index(ref, b, &bi) < 0 || get_index(bh, b, &bi) < 0 || get_index(nxt, b, &bi) < 0)
-            goto fail;
+        if (index_below(b, lim, &bi) < 0) goto fail;
         Py_INCREF(b);
         PyList_SET_ITEM(out, i, b);
         PyObject *key = PyList_GET_ITEM(bh, bi);
         if (key != Py_None) {
-            if (key != unpub && PyObject_DelItem(cache, key) < 0) goto fail;  /* its __delitem__ */
+            if (key != unpub) {
+                if (PyObject_DelItem(cache, key) < 0) goto fail;  /* its __delitem__ (any code) */
+                lim = least_len(ref, bh, nxt);
+                if (bi >= lim) {
+                    PyErr_SetString(PyExc_RuntimeError, "the pool's lists shrank during a pop");
+                    goto fail;
+                }
+            }
             set_item(bh, bi, Py_None);
             (*evicted)++;
         }

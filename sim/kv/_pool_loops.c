@@ -82,13 +82,15 @@ static PyObject *release(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     PyObject *last = PyList_GET_ITEM(prv, e);
     Py_INCREF(last);  /* held: the links below may replace the list's reference to it */
+    if (get_index(nxt, last, &li) < 0) goto fail;  /* then li follows `last` */
     Py_ssize_t shared = 0, n_tail = 0, len = PySequence_Fast_GET_SIZE(table);
     PyObject **items = PySequence_Fast_ITEMS(table);
+    Py_ssize_t lim = least_len(ref, bh, prv);  /* no Python code runs in the loop: the lengths hold */
+    if (PyList_GET_SIZE(nxt) < lim) lim = PyList_GET_SIZE(nxt);
     for (Py_ssize_t k = 0; k < len; k++) {
         PyObject *b = items[reverse ? len - 1 - k : k];
         Py_ssize_t bi;
-        if (get_index(ref, b, &bi) < 0 || get_index(bh, b, &bi) < 0 || get_index(prv, b, &bi) < 0)
-            goto fail;
+        if (index_below(b, lim, &bi) < 0) goto fail;
         long r = PyLong_AsLong(PyList_GET_ITEM(ref, bi));
         if (r == -1 && PyErr_Occurred()) goto fail;
         PyObject *rv = PyLong_FromLong(r - 1);
@@ -101,16 +103,15 @@ static PyObject *release(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         } else if (split && PyList_GET_ITEM(bh, bi) == Py_None) {
             if (PyList_Append(front, b) < 0) goto fail;
         } else {
-            if (get_index(nxt, last, &li) < 0) goto fail;
             set_item(nxt, li, b);
             set_item(prv, bi, last);
             Py_INCREF(b);
             Py_DECREF(last);
             last = b;
+            li = bi;  /* < lim <= len(nxt) */
             n_tail++;
         }
     }
-    if (get_index(nxt, last, &li) < 0) goto fail;
     set_item(nxt, li, end);
     set_item(prv, e, last);
     /* the front's blocks after head, the first met first (FreeQueue.prepend_n) */
