@@ -25,7 +25,10 @@
  *       _pool_loops.c, on the pool's lists; `unpub` the UNPUBLISHED mark), append_each(reqs,
  *       those blocks), then, unless ahead is None, register_decoded(reqs, ahead, block_size,
  *       block_hash, mark, slow). Returns the evictions; the caller takes len(reqs) off the
- *       queue's size and counts them.
+ *       queue's size and counts them. The appends and registrations go request by request
+ *       (each table read once): the same outcome, since every pop is done before and a
+ *       registration reads only its own request's table and the map (on an error, the requests
+ *       before it are registered).
  *
  *   mark_blocks(block_hash, blocks, j0, full, unpub) -> None
  *       For each block b of blocks[j0:full] (a slice: clamped to the list), in order: if
@@ -89,45 +92,51 @@ static long floor_div(long a, long b) {  /* Python's a // b for b > 0 */
     return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
-/* 1: marked; 0: not the fast case (call slow); -1: error */
-static int mark_one(PyObject *r, long upto, long bsize, PyObject *bh, PyObject *unpub) {
-    PyObject *content = PyObject_GetAttr(r, s_content);
-    if (content == NULL) return -1;
-    Py_DECREF(content);  /* only compared with None */
-    if (content != Py_None) return 0;
-    PyObject *table;
-    PyObject *blocks = table_blocks(r, &table);
-    if (blocks == NULL) return -1;
-    int rc = -1;
+/* mark_one on a request's table and its blocks list (borrowed): 1 marked; 0 not the fast case;
+ * -1 error */
+static int mark_in(PyObject *table, PyObject *blocks, long upto, long bsize, PyObject *bh, PyObject *unpub) {
     long j;
     PyObject *reg = PyObject_GetAttr(table, s_num_registered);
-    if (reg == NULL) goto done;
+    if (reg == NULL) return -1;
     int bad = as_long(reg, &j);
     Py_DECREF(reg);
-    if (bad < 0) goto done;
-    rc = 0;
-    if (floor_div(upto, bsize) != j + 1 || j < 0 || j >= PyList_GET_SIZE(blocks)) goto done;
-    rc = -1;
+    if (bad < 0) return -1;
+    if (floor_div(upto, bsize) != j + 1 || j < 0 || j >= PyList_GET_SIZE(blocks)) return 0;
     long b;
-    if (as_long(PyList_GET_ITEM(blocks, j), &b) < 0) goto done;
+    if (as_long(PyList_GET_ITEM(blocks, j), &b) < 0) return -1;
     if (b < 0 || b >= PyList_GET_SIZE(bh)) {
         PyErr_Format(PyExc_IndexError, "block id %ld out of range", b);
-        goto done;
+        return -1;
     }
-    rc = 0;
-    if (PyList_GET_ITEM(bh, b) != Py_None) goto done;
-    rc = -1;
+    if (PyList_GET_ITEM(bh, b) != Py_None) return 0;
     PyObject *nj = PyLong_FromLong(j + 1);
-    if (nj == NULL) goto done;
+    if (nj == NULL) return -1;
     int set = PyObject_SetAttr(table, s_num_registered, nj);
     Py_DECREF(nj);
-    if (set < 0) goto done;
+    if (set < 0) return -1;
     PyObject *old = PyList_GET_ITEM(bh, b);
     Py_INCREF(unpub);
     PyList_SET_ITEM(bh, b, unpub);
     Py_DECREF(old);
-    rc = 1;
-done:
+    return 1;
+}
+
+/* 1: r has no content (the fast case may apply); 0: it has; -1: error */
+static int no_content(PyObject *r) {
+    PyObject *content = PyObject_GetAttr(r, s_content);
+    if (content == NULL) return -1;
+    Py_DECREF(content);  /* only compared with None */
+    return content == Py_None;
+}
+
+/* 1: marked; 0: not the fast case (call slow); -1: error */
+static int mark_one(PyObject *r, long upto, long bsize, PyObject *bh, PyObject *unpub) {
+    int none = no_content(r);
+    if (none <= 0) return none;
+    PyObject *table;
+    PyObject *blocks = table_blocks(r, &table);
+    if (blocks == NULL) return -1;
+    int rc = mark_in(table, blocks, upto, bsize, bh, unpub);
     Py_DECREF(blocks);
     Py_DECREF(table);
     return rc;
@@ -197,6 +206,53 @@ static int append_all(PyObject *reqs, PyObject *new) {
     return 0;
 }
 
+/* append_all, then register_each, fused: each request's table is read once, its block appended,
+ * then its filled block marked (or slow called). The same outcome as the two loops in turn: the
+ * pops are all done before, and a registration reads only its own request's table and the map. */
+static int cross_each(PyObject *reqs, PyObject *new, long ahead, long bsize, PyObject *bh, PyObject *unpub,
+                      PyObject *slow) {
+    if (bsize <= 0) {
+        PyErr_SetString(PyExc_ValueError, "register_decoded: block_size must be positive");
+        return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(reqs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(reqs, i);
+        Py_INCREF(r);  /* held: slow() may change the list */
+        PyObject *table;
+        PyObject *blocks = table_blocks(r, &table);
+        int done = blocks == NULL ? -1 : PyList_Append(blocks, PyList_GET_ITEM(new, i));
+        long computed = 0;
+        if (done == 0) {
+            PyObject *c = PyObject_GetAttr(r, s_num_computed);
+            done = c == NULL ? -1 : as_long(c, &computed);
+            Py_XDECREF(c);
+        }
+        if (done == 0 && unpub != Py_None) {
+            done = no_content(r);
+            if (done == 1) done = mark_in(table, blocks, computed + ahead, bsize, bh, unpub);
+        }
+        if (blocks != NULL) {
+            Py_DECREF(blocks);
+            Py_DECREF(table);
+        }
+        if (done == 0) {
+            PyObject *u = PyLong_FromLong(computed + ahead);
+            PyObject *res = u == NULL ? NULL : PyObject_CallFunctionObjArgs(slow, r, u, NULL);
+            Py_XDECREF(u);
+            if (res == NULL) done = -1;
+            Py_XDECREF(res);
+        }
+        Py_DECREF(r);
+        if (done < 0) return -1;
+        if (PyList_GET_SIZE(reqs) != n) {
+            PyErr_SetString(PyExc_RuntimeError, "register_decoded: the request list changed");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *cross(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 12 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])
             || !PyList_Check(args[4]) || !PyList_Check(args[5]) || !PyDict_Check(args[6])) {
@@ -211,10 +267,10 @@ static PyObject *cross(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     PyObject *new = pop_n(args[1], args[2], args[3], args[4], args[5], args[6], PyList_GET_SIZE(reqs), args[7],
                           &evicted);
     if (new == NULL) return NULL;
-    int rc = append_all(reqs, new);
+    int rc = args[8] == Py_None ? append_all(reqs, new)
+                                : cross_each(reqs, new, ahead, bsize, args[5], args[10], args[11]);
     Py_DECREF(new);
     if (rc < 0) return NULL;
-    if (args[8] != Py_None && register_each(reqs, ahead, bsize, args[5], args[10], args[11]) < 0) return NULL;
     return PyLong_FromSsize_t(evicted);
 }
 
