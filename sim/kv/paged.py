@@ -126,19 +126,19 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
             if need:
                 table.blocks.extend(pool.get_new_blocks(need))
             return True
-        full = min(req.num_computed_tokens + len(hits) * self.block_size + num_new_tokens, req.num_tokens)
+        upto = min(req.num_computed_tokens + len(hits) * self.block_size + num_new_tokens, req.num_tokens)
         if need and self._take is not None and req.content is None and self.lazy_unique and not pool.dups \
-                and not pool.observed:  # pops and marks in one compiled call (_table_loops.take)
-            fq, j0, full = pool.free_queue, table.num_registered, full // self.block_size
+                and not pool.observed:  # the two calls below in one compiled call (_table_loops.take)
+            fq, j0, full = pool.free_queue, table.num_registered, upto // self.block_size
             pool.evictions += self._take(table.blocks, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash,
                                          pool.cache, UNPUBLISHED, need, j0, full)
             fq.size -= need
-            if full > j0:
+            if full > j0:  # (register_full_blocks' marks, as it counts them)
                 table.num_registered = full
             return True
         if need:
             table.blocks.extend(pool.get_new_blocks(need))
-        self.register_full_blocks(req, full)
+        self.register_full_blocks(req, upto)
         return True
 
     @property
