@@ -58,3 +58,40 @@ def test_bad_rows_raise_instead_of_writing_garbage(compiled: None) -> None:
         from_tuples([*good, StepRecord(*(["x"] + [0] * 16))])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="need"):
         records.FILL(good, np.empty(10, np.int64))  # type: ignore[misc]
+
+
+def test_the_compiled_fill_writes_a_slice_of_the_rows_into_a_slice_of_an_array(compiled: None) -> None:
+    rows = random_rows(np.random.default_rng(3), 50)
+    out = np.zeros(60, STEP_DTYPE)
+    from_tuples(rows, 10, 40, out[5:35])
+    ref = np.fromiter(rows[10:40], dtype=STEP_DTYPE, count=30)
+    assert out[5:35].tobytes() == ref.tobytes()
+    assert not out[:5].view(np.int64).any() and not out[35:].view(np.int64).any(), "nothing written outside"
+    with pytest.raises(IndexError, match="rows 10:60 of 50"):
+        records.FILL(rows, np.empty(50 * 17, np.int64), 10, 60)  # type: ignore[misc]
+    with pytest.raises(ValueError, match="need"):
+        records.FILL(rows, np.empty(17, np.int64), 0, 2)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("fill", ["compiled", "python"])
+def test_a_log_with_runs_between_its_tuples_frames_them_in_order(compiled: None, monkeypatch: pytest.MonkeyPatch,
+                                                                 fill: str) -> None:
+    """Tuples, a deferred part, more tuples, two parts, a last tuple: one array, every record in
+    its place (the tuples written straight between the parts), either fill."""
+    from sim.io.records import concat_steps
+
+    if fill == "python":
+        monkeypatch.setattr(records, "FILL", None)
+    rows = random_rows(np.random.default_rng(4), 12)
+    as_array = [np.fromiter([r], dtype=STEP_DTYPE, count=1) for r in rows]
+    log, order = StepLog(), []
+    for i, kind in enumerate("ttpttppt"):
+        if kind == "t":
+            log.append(rows[i])
+        else:
+            log.defer(concat_steps, as_array[i], 1)
+        order.append(i)
+    ref = np.fromiter([rows[i] for i in order], dtype=STEP_DTYPE, count=len(order))
+    frame = log.frame()
+    assert np.array_equal(frame["step"].to_numpy(), ref["step"]) and len(frame) == 8
+    assert frame.to_records(index=False).tobytes() == ref.tobytes()

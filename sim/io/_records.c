@@ -1,10 +1,11 @@
 /* Step records from StepRecord tuples, compiled: an optional accelerator for sim/io/records.py.
  *
- *   fill_records(rows, out)
- *       Write the tuples of list `rows` into `out`, an int64 array of len(rows) x 17 values (a
- *       STEP_DTYPE array viewed as int64): fields 1 and 2 (start_s, duration_s) as float64 bits,
- *       the others as int64. The same values np.fromiter(rows, STEP_DTYPE) writes (it converts
- *       field by field through numpy's generic setters, about 40 ns a field).
+ *   fill_records(rows, out[, start, end])
+ *       Write the tuples rows[start:end] of list `rows` (all of them by default) into `out`, an
+ *       int64 array of (end - start) x 17 values (a STEP_DTYPE array viewed as int64): fields 1
+ *       and 2 (start_s, duration_s) as float64 bits, the others as int64. The same values
+ *       np.fromiter(rows[start:end], STEP_DTYPE) writes (it converts field by field through
+ *       numpy's generic setters, about 40 ns a field).
  *
  * A field that is not a number raises TypeError, as fromiter would; nothing is truncated.
  */
@@ -17,10 +18,16 @@
 
 static PyObject *fill_records(PyObject *self, PyObject *args) {
     PyObject *rows, *o_out;
-    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &rows, &o_out)) return NULL;
+    Py_ssize_t start = 0, end = -1;
+    if (!PyArg_ParseTuple(args, "O!O|nn", &PyList_Type, &rows, &o_out, &start, &end)) return NULL;
+    if (end == -1) end = PyList_GET_SIZE(rows);
+    if (start < 0 || end < start || end > PyList_GET_SIZE(rows)) {
+        PyErr_Format(PyExc_IndexError, "fill_records: rows %zd:%zd of %zd", start, end, PyList_GET_SIZE(rows));
+        return NULL;
+    }
     Py_buffer v;
     if (PyObject_GetBuffer(o_out, &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(rows);
+    Py_ssize_t n = end - start;
     if (v.len != n * NF * 8) {
         PyBuffer_Release(&v);
         PyErr_Format(PyExc_ValueError, "fill_records: need %zd bytes for %zd records", n * NF * 8, n);
@@ -28,7 +35,7 @@ static PyObject *fill_records(PyObject *self, PyObject *args) {
     }
     int64_t *out = v.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *t = PyList_GET_ITEM(rows, i);
+        PyObject *t = PyList_GET_ITEM(rows, start + i);
         if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != NF) {
             PyBuffer_Release(&v);
             PyErr_SetString(PyExc_TypeError, "fill_records: a step record is a tuple of 17 fields");
