@@ -44,7 +44,7 @@ STEP_DTYPE = np.dtype([(c, np.float64 if c in _FLOAT else np.int64) for c in STE
 """One step record as a numpy record (``frame`` and :mod:`sim.io.stream` convert with it)."""
 
 
-FILL: Callable[[list[Any], np.ndarray], None] | None = getattr(compiled("sim.io._records"), "fill_records", None)
+FILL: Callable[[list[Any], np.ndarray, int, int], None] | None = getattr(compiled("sim.io._records"), "fill_records", None)
 """The compiled ``_records.fill_records``, or None (:func:`sim.compiled.compiled`); tests set it
 to None to compare both."""
 
