@@ -92,8 +92,8 @@ static long floor_div(long a, long b) {  /* Python's a // b for b > 0 */
     return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
-/* mark_one on a request's table and its blocks list (borrowed): 1 marked; 0 not the fast case;
- * -1 error */
+/* A decoder's filled block marked, on its table and blocks list (borrowed), if it is the fast
+ * case: the block past the registered ones, unhashed (1); 0 not the fast case (call slow); -1 error */
 static int mark_in(PyObject *table, PyObject *blocks, long upto, long bsize, PyObject *bh, PyObject *unpub) {
     long j;
     PyObject *reg = PyObject_GetAttr(table, s_num_registered);
@@ -129,21 +129,14 @@ static int no_content(PyObject *r) {
     return content == Py_None;
 }
 
-/* 1: marked; 0: not the fast case (call slow); -1: error */
-static int mark_one(PyObject *r, long upto, long bsize, PyObject *bh, PyObject *unpub) {
-    int none = no_content(r);
-    if (none <= 0) return none;
-    PyObject *table;
-    PyObject *blocks = table_blocks(r, &table);
-    if (blocks == NULL) return -1;
-    int rc = mark_in(table, blocks, upto, bsize, bh, unpub);
-    Py_DECREF(blocks);
-    Py_DECREF(table);
-    return rc;
-}
-
-/* register_decoded's loop (0, or -1 with an exception set) */
-static int register_each(PyObject *reqs, long ahead, long bsize, PyObject *bh, PyObject *unpub, PyObject *slow) {
+/* register_decoded's loop, and cross's after its pops (0, or -1 with an exception set). With
+ * `new` (one block for each request), each request's block is appended first, its table read
+ * once for both: the same outcome as appending to every table and then registering, since every
+ * pop is done before and a registration reads only its own request's table and the map. Then,
+ * for each request in order, its filled block is marked (a request without content, `unpub`
+ * given, the fast case of mark_in) or slow(r, num_computed_tokens + ahead) is called. */
+static int each_decoder(PyObject *reqs, PyObject *new, long ahead, long bsize, PyObject *bh, PyObject *unpub,
+                        PyObject *slow) {
     if (bsize <= 0) {
         PyErr_SetString(PyExc_ValueError, "register_decoded: block_size must be positive");
         return -1;
@@ -152,18 +145,30 @@ static int register_each(PyObject *reqs, long ahead, long bsize, PyObject *bh, P
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = PyList_GET_ITEM(reqs, i);
         Py_INCREF(r);  /* held: slow() may change the list */
-        PyObject *c = PyObject_GetAttr(r, s_num_computed);
-        long computed;
-        int bad = c == NULL ? -1 : as_long(c, &computed);
-        Py_XDECREF(c);
-        if (bad < 0) {
-            Py_DECREF(r);
-            return -1;
+        PyObject *table = NULL, *blocks = NULL;
+        int done = 0;
+        if (new != NULL) {
+            blocks = table_blocks(r, &table);
+            done = blocks == NULL ? -1 : PyList_Append(blocks, PyList_GET_ITEM(new, i));
         }
-        long upto = computed + ahead;
-        int done = unpub == Py_None ? 0 : mark_one(r, upto, bsize, bh, unpub);
+        long computed = 0;
         if (done == 0) {
-            PyObject *u = PyLong_FromLong(upto);
+            PyObject *c = PyObject_GetAttr(r, s_num_computed);
+            done = c == NULL ? -1 : as_long(c, &computed);
+            Py_XDECREF(c);
+        }
+        if (done == 0 && unpub != Py_None) {
+            done = no_content(r);
+            if (done == 1 && blocks == NULL) {  /* (not read yet: no block appended) */
+                blocks = table_blocks(r, &table);
+                if (blocks == NULL) done = -1;
+            }
+            if (done == 1) done = mark_in(table, blocks, computed + ahead, bsize, bh, unpub);
+        }
+        Py_XDECREF(blocks);
+        Py_XDECREF(table);
+        if (done == 0) {
+            PyObject *u = PyLong_FromLong(computed + ahead);
             PyObject *res = u == NULL ? NULL : PyObject_CallFunctionObjArgs(slow, r, u, NULL);
             Py_XDECREF(u);
             if (res == NULL) done = -1;
@@ -187,7 +192,7 @@ static PyObject *register_decoded(PyObject *self, PyObject *const *args, Py_ssiz
     }
     long ahead, bsize;
     if (as_long(args[1], &ahead) < 0 || as_long(args[2], &bsize) < 0) return NULL;
-    if (register_each(args[0], ahead, bsize, args[3], args[4], args[5]) < 0) return NULL;
+    if (each_decoder(args[0], NULL, ahead, bsize, args[3], args[4], args[5]) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -202,53 +207,6 @@ static int append_all(PyObject *reqs, PyObject *new) {
         Py_DECREF(blocks);
         Py_DECREF(table);
         if (rc < 0) return -1;
-    }
-    return 0;
-}
-
-/* append_all, then register_each, fused: each request's table is read once, its block appended,
- * then its filled block marked (or slow called). The same outcome as the two loops in turn: the
- * pops are all done before, and a registration reads only its own request's table and the map. */
-static int cross_each(PyObject *reqs, PyObject *new, long ahead, long bsize, PyObject *bh, PyObject *unpub,
-                      PyObject *slow) {
-    if (bsize <= 0) {
-        PyErr_SetString(PyExc_ValueError, "register_decoded: block_size must be positive");
-        return -1;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(reqs);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *r = PyList_GET_ITEM(reqs, i);
-        Py_INCREF(r);  /* held: slow() may change the list */
-        PyObject *table;
-        PyObject *blocks = table_blocks(r, &table);
-        int done = blocks == NULL ? -1 : PyList_Append(blocks, PyList_GET_ITEM(new, i));
-        long computed = 0;
-        if (done == 0) {
-            PyObject *c = PyObject_GetAttr(r, s_num_computed);
-            done = c == NULL ? -1 : as_long(c, &computed);
-            Py_XDECREF(c);
-        }
-        if (done == 0 && unpub != Py_None) {
-            done = no_content(r);
-            if (done == 1) done = mark_in(table, blocks, computed + ahead, bsize, bh, unpub);
-        }
-        if (blocks != NULL) {
-            Py_DECREF(blocks);
-            Py_DECREF(table);
-        }
-        if (done == 0) {
-            PyObject *u = PyLong_FromLong(computed + ahead);
-            PyObject *res = u == NULL ? NULL : PyObject_CallFunctionObjArgs(slow, r, u, NULL);
-            Py_XDECREF(u);
-            if (res == NULL) done = -1;
-            Py_XDECREF(res);
-        }
-        Py_DECREF(r);
-        if (done < 0) return -1;
-        if (PyList_GET_SIZE(reqs) != n) {
-            PyErr_SetString(PyExc_RuntimeError, "register_decoded: the request list changed");
-            return -1;
-        }
     }
     return 0;
 }
@@ -268,7 +226,7 @@ static PyObject *cross(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
                           &evicted);
     if (new == NULL) return NULL;
     int rc = args[8] == Py_None ? append_all(reqs, new)
-                                : cross_each(reqs, new, ahead, bsize, args[5], args[10], args[11]);
+                                : each_decoder(reqs, new, ahead, bsize, args[5], args[10], args[11]);
     Py_DECREF(new);
     if (rc < 0) return NULL;
     return PyLong_FromSsize_t(evicted);
