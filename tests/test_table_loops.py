@@ -35,6 +35,13 @@ def test_a_simulation_is_the_same_with_compiled_and_python_table_loops(
     assert compiled.summary.fast_forward_steps > 0, "no window ran: the loops were not reached"
 
 
+def pool_state(kv: PagedAllocator) -> tuple[Any, ...]:
+    """What a compiled and a Python path must leave alike in the pool: hashes, the prefix map,
+    ref counts, the free queue (order and size)."""
+    pool = kv.pool
+    return list(pool.block_hash), dict(pool.cache), list(pool.ref), pool.free_queue.to_list(), pool.free_queue.size
+
+
 def allocator_with_decoders(which: str, lazy: bool) -> tuple[PagedAllocator, list[Any]]:
     """Five requests without content (three at a block's last token) and one with content,
     each holding its prompt's blocks, the blocks before its last registered."""
@@ -87,9 +94,7 @@ def test_a_block_boundary_in_one_compiled_call_leaves_what_append_and_register_l
             r.num_computed_tokens = 4 * len(r.kv.blocks) - (0 if ahead is None else ahead)
         before = kv.evictions
         kv.cross_boundary(crossing, ahead)
-        pool = kv.pool
-        states.append((list(pool.block_hash), dict(pool.cache), list(pool.ref), pool.free_queue.to_list(),
-                       pool.free_queue.size, kv.evictions - before,
+        states.append((*pool_state(kv), kv.evictions - before,
                        [(list(r.kv.blocks), r.kv.num_registered) for r in reqs[:4]]))
         kv.check([*reqs[:4], hog])
     assert states[0] == states[1]
@@ -152,9 +157,7 @@ def test_an_admission_in_one_compiled_call_leaves_what_pops_and_marks_leave(monk
         for n in (10, 1, 0, 19):  # 2 blocks marked; 1 block, none marked; nothing; 5 blocks, 5 marked
             assert kv.allocate(late, n)
             late.num_computed_tokens += n
-        pool = kv.pool
-        states.append((len(hits), list(pool.block_hash), dict(pool.cache), list(pool.ref), pool.free_queue.to_list(),
-                       pool.free_queue.size, kv.evictions - before,
+        states.append((len(hits), *pool_state(kv), kv.evictions - before,
                        [(list(r.kv.blocks), r.kv.num_registered) for r in (back, late)]))
         kv.check([*reqs[:2], *reqs[3:5], back, late])
     assert states[0] == states[1]
