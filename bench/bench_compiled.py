@@ -1,7 +1,7 @@
 """The compiled loops against their pure-Python references, as a ratio measured in one process.
 
 The optional C extensions (``sim/kv/_pool_loops.c``, ``sim/io/_records.c``,
-``sim/io/_step_fold.c``, ``sim/engine/fastforward/_run_layout.c``) give the same results as the
+``sim/io/_step_fold.c``, ``sim/engine/fastforward/_run_layout.c``, ``_quiet_steps.c``) give the same results as the
 Python they replace; this bench times how much faster. It runs issue 19's 70B replica
 (``--what engine``, ``simulate``) or its 8-replica fleet (``--what ROUTER``, ``replay_fleet``)
 round by round in one process, switching every compiled loop on and off between runs (the

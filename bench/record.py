@@ -31,12 +31,13 @@ PREFIX = "RECORD "
 def compiled_switches() -> list[tuple[str, Any, str]]:
     """Each optional compiled loop as ``(name, module, attribute)``: the module attribute that
     holds it (None where it was not built or ``KVSIM_PURE_PYTHON`` is set)."""
-    from sim.engine.fastforward import run_layout
+    from sim.engine.fastforward import quiet_steps, run_layout
     from sim.io import records, step_fold
     from sim.kv import block_pool, paged_prefix
 
     return [("pool", block_pool, "LOOPS"), ("tables", paged_prefix, "TABLE_LOOPS"), ("records", records, "FILL"),
-            ("step_fold", step_fold, "COMPILED"), ("run_layout", run_layout, "COMPILED")]
+            ("step_fold", step_fold, "COMPILED"), ("run_layout", run_layout, "COMPILED"),
+            ("quiet_steps", quiet_steps, "COMPILED")]
 
 
 def compiled_loops() -> list[str]:

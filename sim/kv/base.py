@@ -148,6 +148,11 @@ class DecodeBlocks(Protocol):
         ``ahead``: the same blocks, marks and keys, in the same order, in one call."""
         ...
 
+    def cross_call(self) -> tuple[object, ...] | None:
+        """:meth:`cross_boundary`'s compiled call and its arguments, for a compiled caller to
+        make it itself (None: there is none; sim/kv/paged.py says how it is made)."""
+        ...
+
     def linear_breakdown(self) -> LinearBreakdown | None:
         """The constants of :meth:`KvAllocator.breakdown` when it is linear in the free blocks,
         the token states and the shared excess (a quiet window step computes it inline);

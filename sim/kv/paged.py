@@ -174,6 +174,18 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         if ahead is not None:
             self.register_decoded_blocks(reqs, ahead)
 
+    def cross_call(self) -> tuple[object, ...] | None:
+        """:meth:`cross_boundary`'s compiled call, for a compiled caller to make itself (None: it
+        has none): ``(cross, free_queue, pool, *head, block_size, mark, slow)``, called as
+        ``cross(reqs, *head, ahead, block_size, mark, slow)``, then ``free_queue.size -= len(reqs)``
+        and ``pool.evictions +=`` its result; only while ``pool.dups`` and ``pool.observed`` are
+        false, which that caller checks before each call (``_quiet_steps.c``)."""
+        if self._cross is None:
+            return None
+        pool, fq = self.pool, self.pool.free_queue
+        return (self._cross, fq, pool, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache,
+                UNPUBLISHED, self.block_size, UNPUBLISHED if self.lazy_unique else None, self._register_decoded_one)
+
     def append_blocks(self, steps: list[list[Request]], n: int) -> None:
         new, g = self.pool.get_new_blocks(n), steps[0]
         if steps.count(g) == len(steps):  # one bucket of k: request i takes new[i], new[i + k], ...

@@ -33,6 +33,21 @@ def join(r: Request, finish_at: int, fin: dict[int, list[Request]], ends: list[i
     return len(r.kv.blocks)
 
 
+def index(running: list[Request], part: Request | None, fin: dict[int, list[Request]], ends: list[int],
+          buckets: list[list[Request]], paged: bool) -> tuple[int, int, int]:
+    """Index the decoders of ``running`` (async: not one whose last token is in flight, nor the
+    chunked prefill ``part``) as a window starts; returns ``(c0_sum, decoders, pages)``."""
+    c0_sum = decoders = pages = 0
+    for r in running:
+        left = r.output_tokens - r.num_output
+        if not left or r is part:
+            continue  # async: in f.done, skipped in the next plan, freed when f lands
+        c0_sum += r.num_computed_tokens
+        decoders += 1
+        pages += join(r, left, fin, ends, buckets, paged)
+    return c0_sum, decoders, pages
+
+
 def nearest(fin: dict[int, list[Request]], ends: list[int]) -> float:
     """The least key of ``fin`` (the next window step that samples a last token; inf if none),
     from its heap ``ends``, whose keys no longer in ``fin`` are dropped on the way."""

@@ -35,11 +35,12 @@ from __future__ import annotations
 import math
 
 from sim.engine.fastforward.chunked import carried, next_chunk
-from sim.engine.fastforward.decoders import boundary, by_seq, join, leave, nearest, uids
+from sim.engine.fastforward.decoders import boundary, by_seq, index, join, leave, nearest, uids
 from sim.engine.fastforward.handover import close, hand_over
 from sim.engine.fastforward.ordering import Order
 from sim.engine.fastforward.pause import Pausing, pause
 from sim.engine.fastforward.preempt import preempt_pass, supported, victims
+from sim.engine.fastforward.quiet_steps import bind
 from sim.engine.fastforward.runs import QuietRuns
 from sim.engine.fastforward.steps import NO_PLAN, NONE, NextArrival, Pull, Window, land, new_batch
 from sim.engine.step import InFlight, StepKernel
@@ -98,14 +99,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     usable, nulls = (lin.usable, lin.null_slots) if lin is not None else (0, 0)
     preempts = supported(k, lin is not None)  # a step that preempts stays in the window (preempt.py)
     buckets: list[list[Request]] = [[] for _ in range(B)]
-    c0_sum = pages = decoders = 0
-    for r in running:
-        left = r.output_tokens - r.num_output
-        if not left or r is part:
-            continue  # async: in f.done, skipped in the next plan, freed when f lands
-        c0_sum += r.num_computed_tokens
-        decoders += 1
-        pages += join(r, left, fin, ends, buckets, paged)
+    c0_sum, decoders, pages = index(running, part, fin, ends, buckets, paged)
     step_cost, bb, breakdown, log_row = k.cost.step_time, k.block_bytes, kv.breakdown, k.log.append
     quiet, due = next_due is not None, next_due() if next_due is not None else 0.0  # (the own inbox's)
     held: int | None = None  # truthy: no admission can run until a pull or a non-quiet step (2: nor a run)
@@ -125,6 +119,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                      Pausing(running, next_arrival, next_due, real_counts, lazy)  # type: ignore[arg-type]
                      if pausable else None) \
         if lin is not None and quiet and cross is not None else None
+    quick = bind(k, lag, buckets, fin, ends, register, lin, runs.min_run if runs is not None else -1, pausable)
     while decoders:
         s1 = s + 1
         if progress is not None and len(log) >= cap:  # a long window drains its records (bounded memory)
@@ -167,6 +162,11 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                             continue
                     else:
                         held = 2  # nor a run until what ready() reads changes (a pull, a pause, a non-quiet step)
+                if quick is not None:  # this step and the quiet ones after it, compiled (quiet_steps.py)
+                    n, s, t, pages, dt, p_plan, p_batch, p_dt, p_start = quick.take(
+                        s, t, pages, c0_sum, decoders, dt, p_plan, p_batch, p_dt, p_start, qnw, len(running), due, na, held, cap - len(log))
+                    if n:
+                        continue
                 if bucket or (sync_reg and buckets[(s1 + 1) % B]):  # else boundary() does nothing
                     pages += boundary(buckets, s1, lag, cross, register)
                 if dec_n != decoders:

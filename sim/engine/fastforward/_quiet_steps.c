@@ -1,0 +1,244 @@
+/* A fast-forward window's quiet steps, one after another in C: an optional accelerator for
+ * window.py (bound in quiet_steps.py, which says when it applies).
+ *
+ * steps(fixed, s, t, pages, c0_sum, decoders, dt, p_dt, p_start, busy, step, due, na, na_gate,
+ *       run_gap, run_last, room, nrun, qnw, terms, first) -> (n, t, pages, dt, p_dt, p_start, busy)
+ *
+ * runs window steps s + 1, s + 2, ... as the window's quiet branch does (window.py, from its
+ * `boundary()` call to its `continue`), and returns after n of them with the window's locals as
+ * they are then. The window has made the loop head's checks for step s + 1; before each later
+ * step this makes them again and returns, leaving that step to the window, where one fails:
+ *
+ *   n == room                          the window's progress hook is due
+ *   free blocks < the bucket's size    the step preempts (or the window ends)
+ *   t >= na_gate                       a router may act first (window.py's `t >= na`)
+ *   s1 in fin                          a decoder samples its last token: not quiet
+ *   due <= plan_t                      an arrival is due: the window pulls it
+ *   due - plan_t >= run_gap * dt       a run of quiet steps may be ready (run_gap >= 0 and
+ *     and s1 <= run_last               s1 <= run_last: no decoder finishes within run_gap steps)
+ *
+ * and, for every step, the first included, before anything but the margin's note is changed:
+ *
+ *   pool.dups or pool.observed         (a crossing step) cross_boundary would take its Python path
+ *   end >= na                          the router reads the step mid-flight: the window pauses
+ *
+ * A step: the margin's note (a crossing bucket's slack), then cross_boundary's compiled call on
+ * the bucket (`cross` and its arguments from PagedAllocator.cross_call: the pops, appends and
+ * registrations of _table_loops.cross), `free_queue.size` and `pool.evictions` updated as
+ * cross_boundary updates them, sync registrations through `register`, the step time (the decode
+ * terms, _decode_time.h), and the step's record appended (`log_append`) with the same values,
+ * in the same order, as the window's inline record: ints as ints, times as floats. `busy` sums
+ * the records' durations in order. `first` is the first record's fields from the step before
+ * (lag 1: the step in flight; prefill tokens, decode seqs, preempted, swap out, swap in).
+ * tests/test_quiet_steps.py compares a window with and without it, record for record.
+ */
+#include "_decode_time.h"
+
+static PyObject *s_size, *s_evictions, *s_shared_excess, *s_dups, *s_observed, *s_pass_min;
+
+enum { F_BUCKETS, F_LAG, F_REGISTER, F_FIN, F_MARGIN, F_LOG, F_USABLE, F_NULLS, F_CROSS, F_FQ, F_POOL,
+       F_NXT, F_PRV, F_HEAD, F_REF, F_BH, F_CACHE, F_UNPUB, F_BSIZE, F_MARK, F_SLOW, F_N };
+
+static int get_ll(PyObject *o, long long *out) {
+    *out = PyLong_AsLongLong(o);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int attr_ll(PyObject *o, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) return -1;
+    int rc = get_ll(v, out);
+    Py_DECREF(v);
+    return rc;
+}
+
+static int set_ll(PyObject *o, PyObject *name, long long v) {
+    PyObject *x = PyLong_FromLongLong(v);
+    if (x == NULL) return -1;
+    int rc = PyObject_SetAttr(o, name, x);
+    Py_DECREF(x);
+    return rc;
+}
+
+static int attr_true(PyObject *o, PyObject *name) {  /* bool(o.name), or -1 */
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) return -1;
+    int rc = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static int call_none(PyObject *fn, PyObject *const *args, size_t n, long long *out) {
+    PyObject *r = PyObject_Vectorcall(fn, args, n, NULL);
+    if (r == NULL) return -1;
+    int rc = 0;
+    if (out != NULL) rc = get_ll(r, out);
+    Py_DECREF(r);
+    return rc;
+}
+
+/* the record: 17 fields, ints but for start and duration */
+static int append_row(PyObject *log, long long step, double start, double dur, long long tail[14]) {
+    PyObject *row = PyTuple_New(17);
+    if (row == NULL) return -1;
+    PyObject *v = PyLong_FromLongLong(step);
+    if (v == NULL) goto fail;
+    PyTuple_SET_ITEM(row, 0, v);
+    if ((v = PyFloat_FromDouble(start)) == NULL) goto fail;
+    PyTuple_SET_ITEM(row, 1, v);
+    if ((v = PyFloat_FromDouble(dur)) == NULL) goto fail;
+    PyTuple_SET_ITEM(row, 2, v);
+    for (int i = 0; i < 14; i++) {
+        if ((v = PyLong_FromLongLong(tail[i])) == NULL) goto fail;
+        PyTuple_SET_ITEM(row, 3 + i, v);
+    }
+    PyObject *args[1] = {row};
+    int rc = call_none(log, args, 1, NULL);
+    Py_DECREF(row);
+    return rc;
+fail:
+    Py_DECREF(row);
+    return -1;
+}
+
+static PyObject *steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 21 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != F_N) {
+        PyErr_SetString(PyExc_TypeError, "steps(fixed: tuple of 21, s, t, pages, c0_sum, decoders, dt, p_dt, "
+                        "p_start, busy, step, due, na, na_gate, run_gap, run_last, room, nrun, qnw, terms, first)");
+        return NULL;
+    }
+    PyObject *const *f = &PyTuple_GET_ITEM(args[0], 0);
+    PyObject *buckets = f[F_BUCKETS], *reg = f[F_REGISTER], *fin = f[F_FIN], *margin = f[F_MARGIN];
+    PyObject *log = f[F_LOG], *fq = f[F_FQ], *pool = f[F_POOL];
+    long long lag, usable, nulls, B, s, pages, c0, dec, step, run_gap, run_last, room, nrun, qnw, first[5];
+    double t, dt, p_dt, p_start, busy, due, na, na_gate;
+    Terms k;
+    if (get_ll(f[F_LAG], &lag) || get_ll(f[F_USABLE], &usable) || get_ll(f[F_NULLS], &nulls) ||
+        get_ll(f[F_BSIZE], &B) || get_ll(args[1], &s) || get_ll(args[3], &pages) || get_ll(args[4], &c0) ||
+        get_ll(args[5], &dec) || get_ll(args[10], &step) || get_ll(args[14], &run_gap) ||
+        get_ll(args[15], &run_last) || get_ll(args[16], &room) || get_ll(args[17], &nrun) || get_ll(args[18], &qnw))
+        return NULL;
+    t = PyFloat_AsDouble(args[2]);
+    dt = PyFloat_AsDouble(args[6]);
+    p_dt = PyFloat_AsDouble(args[7]);
+    p_start = PyFloat_AsDouble(args[8]);
+    busy = PyFloat_AsDouble(args[9]);
+    due = PyFloat_AsDouble(args[11]);
+    na = PyFloat_AsDouble(args[12]);
+    na_gate = PyFloat_AsDouble(args[13]);
+    if (PyErr_Occurred()) return NULL;
+    if (get_terms(args[19], &k) < 0) return NULL;
+    if (!PyTuple_Check(args[20]) || PyTuple_GET_SIZE(args[20]) != 5) {
+        PyErr_SetString(PyExc_TypeError, "steps: first is a tuple of 5 ints");
+        return NULL;
+    }
+    for (int i = 0; i < 5; i++)
+        if (get_ll(PyTuple_GET_ITEM(args[20], i), &first[i])) return NULL;
+    if (!PyList_Check(buckets) || PyList_GET_SIZE(buckets) != B || B < 1 || !PyDict_Check(fin) ||
+        (lag != 0 && lag != 1)) {
+        PyErr_SetString(PyExc_ValueError, "steps: buckets a list of block-size lists, fin a dict, lag 0 or 1");
+        return NULL;
+    }
+    long long n = 0;
+    for (;; n++) {
+        long long s1 = s + 1;
+        PyObject *bucket = PyList_GET_ITEM(buckets, s1 % B);
+        if (!PyList_Check(bucket)) {
+            PyErr_SetString(PyExc_TypeError, "steps: a bucket is a list");
+            return NULL;
+        }
+        long long nb = PyList_GET_SIZE(bucket), size;
+        if (attr_ll(fq, s_size, &size)) return NULL;
+        double plan_t = lag ? p_start : t;
+        if (n > 0) {  /* the window's loop head, for the steps after its own */
+            if (n >= room || size - nb < 0 || t >= na_gate || due <= plan_t) break;
+            if (run_gap >= 0 && s1 <= run_last && due - plan_t >= (double)run_gap * dt) break;
+            PyObject *key = PyLong_FromLongLong(s1);
+            if (key == NULL) return NULL;
+            int in = PyDict_Contains(fin, key);
+            Py_DECREF(key);
+            if (in < 0) return NULL;
+            if (in) break;
+            if (nb && margin != Py_None) {  /* the decoders' block checks (Margin.note), as the window's */
+                long long pm;
+                if (attr_ll(margin, s_pass_min, &pm)) return NULL;
+                if (size - nb < pm && set_ll(margin, s_pass_min, size - nb)) return NULL;
+            }
+        }
+        if (nb) {  /* cross_boundary would take its Python path */
+            int no = attr_true(pool, s_dups);
+            if (no == 0) no = attr_true(pool, s_observed);
+            if (no < 0) return NULL;
+            if (no) break;
+        }
+        long long pg = pages + nb, ctx = c0 + dec * s1;
+        double d = step_time(&k, ctx, pg);
+        if ((lag ? t : t + d) >= na) break;
+        if (nb) {  /* cross_boundary's compiled call */
+            PyObject *ahead = lag && reg != Py_None ? PyLong_FromLongLong(s1 - 1) : Py_NewRef(Py_None);
+            if (ahead == NULL) return NULL;
+            PyObject *cargs[12] = {bucket, f[F_NXT], f[F_PRV], f[F_HEAD], f[F_REF], f[F_BH], f[F_CACHE],
+                                   f[F_UNPUB], ahead, f[F_BSIZE], f[F_MARK], f[F_SLOW]};
+            long long evicted, ev;
+            int rc = call_none(f[F_CROSS], cargs, 12, &evicted);
+            Py_DECREF(ahead);
+            if (rc || attr_ll(fq, s_size, &size) || set_ll(fq, s_size, size - nb) ||
+                attr_ll(pool, s_evictions, &ev) || set_ll(pool, s_evictions, ev + evicted))
+                return NULL;
+        }
+        if (!lag && reg != Py_None) {  /* sync: the blocks this step fills are registered */
+            PyObject *filling = PyList_GET_ITEM(buckets, (s1 + 1) % B);
+            if (PyList_Check(filling) && PyList_GET_SIZE(filling)) {
+                PyObject *key = PyLong_FromLongLong(s1);
+                if (key == NULL) return NULL;
+                PyObject *rargs[2] = {filling, key};
+                int rc = call_none(reg, rargs, 2, NULL);
+                Py_DECREF(key);
+                if (rc) return NULL;
+            }
+        }
+        long long free_blocks, shared;
+        if (attr_ll(fq, s_size, &free_blocks) || attr_ll(pool, s_shared_excess, &shared)) return NULL;
+        long long comp = lag ? ctx - dec : ctx, used = usable - free_blocks;
+        long long internal = (used + shared) * B - comp;
+        long long tail[14] = {nrun, qnw, 0, dec, 0, free_blocks, used * B - internal, 0, internal,
+                              nulls, free_blocks * B, shared, 0, 0};
+        if (lag) {  /* step s lands, step s1 is launched */
+            tail[2] = first[0], tail[3] = first[1], tail[4] = first[2], tail[12] = first[3], tail[13] = first[4];
+            if (append_row(log, step, p_start, p_dt, tail)) return NULL;
+            busy = busy + p_dt;
+            first[0] = 0, first[1] = dec, first[2] = first[3] = first[4] = 0;
+            p_dt = d;
+            p_start = t;
+        } else {
+            if (append_row(log, step, t, d, tail)) return NULL;
+            busy = busy + d;
+        }
+        step++;
+        pages = pg;
+        s = s1;
+        t = t + d;
+        dt = d;
+    }
+    return Py_BuildValue("(LdLdddd)", n, t, pages, dt, p_dt, p_start, busy);
+}
+
+static PyMethodDef methods[] = {
+    {"steps", (PyCFunction)(void (*)(void))steps, METH_FASTCALL,
+     "A window's quiet steps, one after another (see the module source)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_quiet_steps",
+                                    "A fast-forward window's quiet steps, compiled.", -1, methods};
+
+PyMODINIT_FUNC PyInit__quiet_steps(void) {
+    if (!(s_size = PyUnicode_InternFromString("size")) ||
+        !(s_evictions = PyUnicode_InternFromString("evictions")) ||
+        !(s_shared_excess = PyUnicode_InternFromString("shared_excess")) ||
+        !(s_dups = PyUnicode_InternFromString("dups")) ||
+        !(s_observed = PyUnicode_InternFromString("observed")) ||
+        !(s_pass_min = PyUnicode_InternFromString("pass_min")))
+        return NULL;
+    return PyModule_Create(&module);
+}
