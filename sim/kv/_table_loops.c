@@ -58,14 +58,16 @@
 #include <Python.h>
 
 #include "_free_front.h"  /* get_index, set_item, pop_n */
+#include "../_slot_attr.h"  /* slot_get, slot_set: the requests' and tables' slots */
 
 static PyObject *s_kv, *s_blocks, *s_num_registered, *s_num_computed, *s_content;
+static SlotCache c_kv, c_blocks, c_reg_get, c_reg_set, c_computed, c_content;  /* one per call site */
 
 static PyObject *table_blocks(PyObject *r, PyObject **table_out) {
     /* new references: r.kv (in *table_out) and r.kv.blocks (returned, checked to be a list) */
-    PyObject *table = PyObject_GetAttr(r, s_kv);
+    PyObject *table = slot_get(r, s_kv, &c_kv);
     if (table == NULL) return NULL;
-    PyObject *blocks = PyObject_GetAttr(table, s_blocks);
+    PyObject *blocks = slot_get(table, s_blocks, &c_blocks);
     if (blocks == NULL) {
         Py_DECREF(table);
         return NULL;
@@ -96,7 +98,7 @@ static long floor_div(long a, long b) {  /* Python's a // b for b > 0 */
  * case: the block past the registered ones, unhashed (1); 0 not the fast case (call slow); -1 error */
 static int mark_in(PyObject *table, PyObject *blocks, long upto, long bsize, PyObject *bh, PyObject *unpub) {
     long j;
-    PyObject *reg = PyObject_GetAttr(table, s_num_registered);
+    PyObject *reg = slot_get(table, s_num_registered, &c_reg_get);
     if (reg == NULL) return -1;
     int bad = as_long(reg, &j);
     Py_DECREF(reg);
@@ -111,7 +113,7 @@ static int mark_in(PyObject *table, PyObject *blocks, long upto, long bsize, PyO
     if (PyList_GET_ITEM(bh, b) != Py_None) return 0;
     PyObject *nj = PyLong_FromLong(j + 1);
     if (nj == NULL) return -1;
-    int set = PyObject_SetAttr(table, s_num_registered, nj);
+    int set = slot_set(table, s_num_registered, nj, &c_reg_set);
     Py_DECREF(nj);
     if (set < 0) return -1;
     PyObject *old = PyList_GET_ITEM(bh, b);
@@ -123,7 +125,7 @@ static int mark_in(PyObject *table, PyObject *blocks, long upto, long bsize, PyO
 
 /* 1: r has no content (the fast case may apply); 0: it has; -1: error */
 static int no_content(PyObject *r) {
-    PyObject *content = PyObject_GetAttr(r, s_content);
+    PyObject *content = slot_get(r, s_content, &c_content);
     if (content == NULL) return -1;
     Py_DECREF(content);  /* only compared with None */
     return content == Py_None;
@@ -153,7 +155,7 @@ static int each_decoder(PyObject *reqs, PyObject *new, long ahead, long bsize, P
         }
         long computed = 0;
         if (done == 0) {
-            PyObject *c = PyObject_GetAttr(r, s_num_computed);
+            PyObject *c = slot_get(r, s_num_computed, &c_computed);
             done = c == NULL ? -1 : as_long(c, &computed);
             Py_XDECREF(c);
         }

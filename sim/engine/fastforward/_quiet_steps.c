@@ -33,8 +33,11 @@
  * tests/test_quiet_steps.py compares a window with and without it, record for record.
  */
 #include "_decode_time.h"
+#include "../../_slot_attr.h"  /* slot_get, slot_set: the free queue's and the margin's slots */
 
 static PyObject *s_size, *s_evictions, *s_shared_excess, *s_dups, *s_observed, *s_pass_min;
+static SlotCache c_size, c_size_set, c_evictions, c_evictions_set, c_shared, c_dups, c_observed, c_pass_min,
+    c_pass_min_set;  /* one per attribute and use */
 
 enum { F_BUCKETS, F_LAG, F_REGISTER, F_FIN, F_MARGIN, F_LOG, F_USABLE, F_NULLS, F_CROSS, F_FQ, F_POOL,
        F_NXT, F_PRV, F_HEAD, F_REF, F_BH, F_CACHE, F_UNPUB, F_BSIZE, F_MARK, F_SLOW, F_N };
@@ -44,24 +47,24 @@ static int get_ll(PyObject *o, long long *out) {
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static int attr_ll(PyObject *o, PyObject *name, long long *out) {
-    PyObject *v = PyObject_GetAttr(o, name);
+static int attr_ll(PyObject *o, PyObject *name, long long *out, SlotCache *c) {
+    PyObject *v = slot_get(o, name, c);
     if (v == NULL) return -1;
     int rc = get_ll(v, out);
     Py_DECREF(v);
     return rc;
 }
 
-static int set_ll(PyObject *o, PyObject *name, long long v) {
+static int set_ll(PyObject *o, PyObject *name, long long v, SlotCache *c) {
     PyObject *x = PyLong_FromLongLong(v);
     if (x == NULL) return -1;
-    int rc = PyObject_SetAttr(o, name, x);
+    int rc = slot_set(o, name, x, c);
     Py_DECREF(x);
     return rc;
 }
 
-static int attr_true(PyObject *o, PyObject *name) {  /* bool(o.name), or -1 */
-    PyObject *v = PyObject_GetAttr(o, name);
+static int attr_true(PyObject *o, PyObject *name, SlotCache *c) {  /* bool(o.name), or -1 */
+    PyObject *v = slot_get(o, name, c);
     if (v == NULL) return -1;
     int rc = PyObject_IsTrue(v);
     Py_DECREF(v);
@@ -148,7 +151,7 @@ static PyObject *steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             return NULL;
         }
         long long nb = PyList_GET_SIZE(bucket), size;
-        if (attr_ll(fq, s_size, &size)) return NULL;
+        if (attr_ll(fq, s_size, &size, &c_size)) return NULL;
         double plan_t = lag ? p_start : t;
         if (n > 0) {  /* the window's loop head, for the steps after its own */
             if (n >= room || size - nb < 0 || t >= na_gate || due <= plan_t) break;
@@ -161,13 +164,13 @@ static PyObject *steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             if (in) break;
             if (nb && margin != Py_None) {  /* the decoders' block checks (Margin.note), as the window's */
                 long long pm;
-                if (attr_ll(margin, s_pass_min, &pm)) return NULL;
-                if (size - nb < pm && set_ll(margin, s_pass_min, size - nb)) return NULL;
+                if (attr_ll(margin, s_pass_min, &pm, &c_pass_min)) return NULL;
+                if (size - nb < pm && set_ll(margin, s_pass_min, size - nb, &c_pass_min_set)) return NULL;
             }
         }
         if (nb) {  /* cross_boundary would take its Python path */
-            int no = attr_true(pool, s_dups);
-            if (no == 0) no = attr_true(pool, s_observed);
+            int no = attr_true(pool, s_dups, &c_dups);
+            if (no == 0) no = attr_true(pool, s_observed, &c_observed);
             if (no < 0) return NULL;
             if (no) break;
         }
@@ -182,8 +185,8 @@ static PyObject *steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             long long evicted, ev;
             int rc = call_none(f[F_CROSS], cargs, 12, &evicted);
             Py_DECREF(ahead);
-            if (rc || attr_ll(fq, s_size, &size) || set_ll(fq, s_size, size - nb) ||
-                attr_ll(pool, s_evictions, &ev) || set_ll(pool, s_evictions, ev + evicted))
+            if (rc || attr_ll(fq, s_size, &size, &c_size) || set_ll(fq, s_size, size - nb, &c_size_set) ||
+                attr_ll(pool, s_evictions, &ev, &c_evictions) || set_ll(pool, s_evictions, ev + evicted, &c_evictions_set))
                 return NULL;
         }
         if (!lag && reg != Py_None) {  /* sync: the blocks this step fills are registered */
@@ -198,7 +201,7 @@ static PyObject *steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             }
         }
         long long free_blocks, shared;
-        if (attr_ll(fq, s_size, &free_blocks) || attr_ll(pool, s_shared_excess, &shared)) return NULL;
+        if (attr_ll(fq, s_size, &free_blocks, &c_size) || attr_ll(pool, s_shared_excess, &shared, &c_shared)) return NULL;
         long long comp = lag ? ctx - dec : ctx, used = usable - free_blocks;
         long long internal = (used + shared) * B - comp;
         long long tail[14] = {nrun, qnw, 0, dec, 0, free_blocks, used * B - internal, 0, internal,
