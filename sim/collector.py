@@ -24,25 +24,32 @@ the objects stay tracked, and the next collection sees them as usual.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 GEN0 = 50_000  # young objects before a collection (CPython's default is 700)
 
 
 @contextmanager
-def fewer_collections(gen0: int = GEN0) -> Iterator[None]:
+def fewer_collections(gen0: int = GEN0) -> Iterator[Callable[[], None]]:
+    """The run inside: what exists now frozen, a larger youngest generation; gives ``settle()``,
+    which freezes what exists by then too (a run's requests and replicas, built inside: else the
+    first collection of the run walks them all, the 70B replica's 19,366 requests in about 4 ms)."""
     old = gc.get_threshold()
     ours = gc.get_freeze_count() == 0  # else the process froze objects itself: leave them be
     if ours:
         gc.freeze()
     gc.set_threshold(max(gen0, old[0]), *old[1:])
     try:
-        yield
+        yield gc.freeze if ours else _nothing
     finally:
         gc.set_threshold(*old)
         if ours:
             gc.unfreeze()
+
+
+def _nothing() -> None:
+    return None
 
 
 @contextmanager

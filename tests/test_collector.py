@@ -23,6 +23,39 @@ def test_inside_a_run_what_exists_is_frozen_and_gen0_waits_longer() -> None:
     assert gc.get_freeze_count() == 0
 
 
+def test_settle_freezes_what_was_built_inside_and_all_is_thawed_after() -> None:
+    with fewer_collections() as settle:
+        built = [[i] for i in range(1000)]  # a run's requests, say: they live through it
+        assert all(gc.is_tracked(x) for x in built)
+        frozen = gc.get_freeze_count()
+        settle()
+        assert gc.get_freeze_count() >= frozen + len(built)
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_run_walks_none_of_its_requests(bundled_trace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The requests are built inside the run's hold and settled before it starts: no collection
+    during the run finds one of them young (collections as often as CPython's default, here)."""
+    from sim import collector
+    from sim.request import Request
+    from sim.run import simulate as sim_run
+
+    monkeypatch.setattr(sim_run, "fewer_collections", lambda: collector.fewer_collections(gen0=1))
+
+    young: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            young.append(sum(type(o) is Request for o in gc.get_objects(generation=0)))
+
+    gc.callbacks.append(count)
+    try:
+        simulate(make_config(model="llama-3.1-8b", gpu="h100"), bundled_trace)
+    finally:
+        gc.callbacks.remove(count)
+    assert young and not any(young)
+
+
 def test_the_collector_is_given_back_when_the_run_raises() -> None:
     before = gc.get_threshold()
     with pytest.raises(RuntimeError), fewer_collections():

@@ -147,3 +147,26 @@ def test_bad_arguments_are_refused_before_a_step() -> None:
         steps((), 0)
     with pytest.raises(TypeError, match="steps"):
         steps((None,) * 3, *range(20))
+
+
+def test_the_compiled_calls_records_are_out_of_the_collectors_sight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Numbers only, never in a cycle: untracked at once, as the collector would untrack them
+    at its first walk (sim/collector.py says why the young objects of a run matter)."""
+    import gc
+
+    from sim.config import make_config
+    from sim.run.simulate import simulate
+
+    require_built(quiet_steps.COMPILED, "sim/engine/fastforward/_quiet_steps.c")
+    seen: list[bool] = []
+    take = quiet_steps.QuietSteps.take
+
+    def checking(self: quiet_steps.QuietSteps, *a: Any) -> Any:
+        out = take(self, *a)
+        rows = self.fixed[5].__self__  # the log's list of tuples (its bound append)
+        seen.extend(gc.is_tracked(r) for r in rows[len(rows) - out[0]:])
+        return out
+
+    monkeypatch.setattr(quiet_steps.QuietSteps, "take", checking)
+    simulate(make_config(**CONFIGS["async-caching"]), bundled(200, 4.0))
+    assert seen and not any(seen)

@@ -116,29 +116,30 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
     ``on_build(parts)`` sees the replica's parts before it runs (:mod:`sim.sweep.derive`).
     """
     t0 = time.perf_counter()
-    parts = build(cfg)
-    if on_build is not None:
-        on_build(parts)
-    reqs = requests if requests is not None else make_requests(trace, cfg)
-    env = simpy.Environment()
-    kv, sched = parts.kv, parts.sched
-    sink = StepSink(stream_to / "steps.parquet" if stream_to else None, kv.block_size) \
-        if summary_only or stream_to else None
-    on_progress = None
-    if progress is not None or sink is not None:
-        total = len(reqs)
-        last = [-1]
+    with fewer_collections() as settle:  # (sim/collector.py)
+        parts = build(cfg)
+        if on_build is not None:
+            on_build(parts)
+        reqs = requests if requests is not None else make_requests(trace, cfg)
+        env = simpy.Environment()
+        kv, sched = parts.kv, parts.sched
+        sink = StepSink(stream_to / "steps.parquet" if stream_to else None, kv.block_size) \
+            if summary_only or stream_to else None
+        on_progress = None
+        if progress is not None or sink is not None:
+            total = len(reqs)
+            last = [-1]
 
-        def on_progress(rep: Replica) -> None:
-            if sink is not None:
-                sink.maybe_drain(rep.log)
-            if progress is not None and rep.step - last[0] >= 2048:
-                last[0] = rep.step
-                progress(len(rep.finished) + len(rep.rejected), total)
+            def on_progress(rep: Replica) -> None:
+                if sink is not None:
+                    sink.maybe_drain(rep.log)
+                if progress is not None and rep.step - last[0] >= 2048:
+                    last[0] = rep.step
+                    progress(len(rep.finished) + len(rep.rejected), total)
 
-    rep = new_replica(env, cfg, parts=parts, check=check, on_step=on_step, on_progress=on_progress)
-    rep.submit_all(reqs)
-    with fewer_collections():
+        rep = new_replica(env, cfg, parts=parts, check=check, on_step=on_step, on_progress=on_progress)
+        rep.submit_all(reqs)
+        settle()  # the requests and the replica live through the run: out of the collector's sight
         env.run()
     if check:
         kv.check([])

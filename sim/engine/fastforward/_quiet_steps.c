@@ -80,7 +80,9 @@ static int call_none(PyObject *fn, PyObject *const *args, size_t n, long long *o
     return rc;
 }
 
-/* the record: 17 fields, ints but for start and duration */
+/* the record: 17 fields, ints but for start and duration; out of the cyclic collector's sight,
+ * as the collector itself would put it at its first walk (the young records of a busy run were
+ * most of what its collections walked) */
 static int append_row(PyObject *log, long long step, double start, double dur, long long tail[14]) {
     PyObject *row = PyTuple_New(17);
     if (row == NULL) return -1;
@@ -95,6 +97,7 @@ static int append_row(PyObject *log, long long step, double start, double dur, l
         if ((v = PyLong_FromLongLong(tail[i])) == NULL) goto fail;
         PyTuple_SET_ITEM(row, 3 + i, v);
     }
+    PyObject_GC_UnTrack(row);  /* numbers only: never in a cycle (CPython untracks such tuples lazily) */
     PyObject *args[1] = {row};
     int rc = call_none(log, args, 1, NULL);
     Py_DECREF(row);
