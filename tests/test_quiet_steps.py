@@ -170,3 +170,33 @@ def test_the_compiled_calls_records_are_out_of_the_collectors_sight(monkeypatch:
     monkeypatch.setattr(quiet_steps.QuietSteps, "take", checking)
     simulate(make_config(**CONFIGS["async-caching"]), bundled(200, 4.0))
     assert seen and not any(seen)
+
+
+@pytest.mark.parametrize("name", ["async-caching", "sync-caching"])
+def test_runs_of_quiet_steps_are_taken_where_the_window_would_take_them(
+        name: str, taken: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiled call hands a step back where a run may start (held True, no decoder finishing
+    within a run's length, the next arrival far enough): the same runs either way. (Runs give
+    the same records as steps, so only their count tells.)"""
+    import sim.engine.fastforward.runs as runs
+    from sim.config import make_config
+    from sim.run.simulate import simulate
+
+    monkeypatch.setattr(runs, "MIN_RUN", 3)
+    commits: list[tuple[int, ...]] = []
+    commit = runs.QuietRuns._commit
+
+    def counting(self: Any, *a: Any) -> Any:
+        commits.append(a[:2])
+        return commit(self, *a)
+
+    monkeypatch.setattr(runs.QuietRuns, "_commit", counting)
+    seen = []
+    for which in ("compiled", "python"):
+        monkeypatch.setattr(quiet_steps, "COMPILED", loops(which))
+        commits.clear()
+        res = simulate(make_config(**CONFIGS[name]), bundled(200, 1.0))
+        seen.append((list(commits), res.steps))
+    assert seen[0][0] == seen[1][0] and len(seen[0][0]) > 0
+    pd.testing.assert_frame_equal(seen[0][1], seen[1][1], check_exact=True)
+    assert sum(taken) > 0

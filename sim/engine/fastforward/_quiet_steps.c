@@ -2,7 +2,8 @@
  * window.py (bound in quiet_steps.py, which says when it applies).
  *
  * steps(fixed, s, t, pages, c0_sum, decoders, dt, p_dt, p_start, busy, step, due, na, na_gate,
- *       run_gap, run_last, room, nrun, qnw, terms, first) -> (n, t, pages, dt, p_dt, p_start, busy)
+ *       run_gap, run_last, room, nrun, qnw, head, held, budget, terms, first)
+ *     -> (n, t, pages, dt, p_dt, p_start, busy, due, qnw, head, held)
  *
  * runs window steps s + 1, s + 2, ... as the window's quiet branch does (window.py, from its
  * `boundary()` call to its `continue`), and returns after n of them with the window's locals as
@@ -13,8 +14,11 @@
  *   free blocks < the bucket's size    the step preempts (or the window ends)
  *   t >= na_gate                       a router may act first (window.py's `t >= na`)
  *   s1 in fin                          a decoder samples its last token: not quiet
- *   due <= plan_t                      an arrival is due: the window pulls it
- *   due - plan_t >= run_gap * dt       a run of quiet steps may be ready (run_gap >= 0 and
+ *   due <= plan_t, and then admission  an arrival is due: pulled (`pull(plan_t)`, `due = next_due()`)
+ *     may admit one                    and the waiting head checked (`admits(head, budget)`), as the
+ *                                      window does; returns `held` None where the check says an
+ *                                      admission may run (the window checks again, to the same answer)
+ *   due - plan_t >= run_gap * dt       (held True) a run of quiet steps may be ready (run_gap >= 0,
  *     and s1 <= run_last               s1 <= run_last: no decoder finishes within run_gap steps)
  *
  * and, for every step, the first included, before anything but the margin's note is changed:
@@ -35,11 +39,12 @@
 #include "_decode_time.h"
 #include "../../_slot_attr.h"  /* slot_get, slot_set: the free queue's and the margin's slots */
 
-static PyObject *s_size, *s_evictions, *s_shared_excess, *s_dups, *s_observed, *s_pass_min;
+static PyObject *s_size, *s_evictions, *s_shared_excess, *s_dups, *s_observed, *s_pass_min, *s_peek;
 static SlotCache c_size, c_size_set, c_evictions, c_evictions_set, c_shared, c_dups, c_observed, c_pass_min,
     c_pass_min_set;  /* one per attribute and use */
 
-enum { F_BUCKETS, F_LAG, F_REGISTER, F_FIN, F_MARGIN, F_LOG, F_USABLE, F_NULLS, F_CROSS, F_FQ, F_POOL,
+enum { F_BUCKETS, F_LAG, F_REGISTER, F_FIN, F_MARGIN, F_LOG, F_USABLE, F_NULLS, F_PULL, F_NEXT_DUE, F_WAITING,
+       F_ADMITS, F_CROSS, F_FQ, F_POOL,
        F_NXT, F_PRV, F_HEAD, F_REF, F_BH, F_CACHE, F_UNPUB, F_BSIZE, F_MARK, F_SLOW, F_N };
 
 static int get_ll(PyObject *o, long long *out) {
@@ -107,22 +112,59 @@ fail:
     return -1;
 }
 
+/* an arrival due at step s1: pulled, the next one read, the waiting head checked (window.py's
+ * quiet branch); 1: still nothing to admit (held updated), 0: admission may run, -1: error */
+static int pull_due(PyObject *const *f, double plan_t, long long budget, double *due, long long *qnw,
+                    PyObject **head, PyObject **held) {
+    PyObject *x = PyFloat_FromDouble(plan_t);
+    if (x == NULL) return -1;
+    PyObject *r = PyObject_Vectorcall(f[F_PULL], &x, 1, NULL);
+    Py_DECREF(x);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    if ((r = PyObject_CallNoArgs(f[F_NEXT_DUE])) == NULL) return -1;
+    *due = PyFloat_AsDouble(r);
+    Py_DECREF(r);
+    if (*due == -1.0 && PyErr_Occurred()) return -1;
+    Py_ssize_t w = PyObject_Length(f[F_WAITING]);
+    if (w < 0) return -1;
+    *qnw = w;
+    PyObject *h = w ? PyObject_CallMethodNoArgs(f[F_WAITING], s_peek) : Py_NewRef(Py_None);
+    if (h == NULL) return -1;
+    Py_SETREF(*head, h);
+    if ((x = PyLong_FromLongLong(budget)) == NULL) return -1;
+    PyObject *a[2] = {*head, x};
+    r = PyObject_Vectorcall(f[F_ADMITS], a, 2, NULL);
+    Py_DECREF(x);
+    if (r == NULL) return -1;
+    int truth = PyObject_IsTrue(r);
+    if (truth <= 0) {
+        Py_DECREF(r);
+        if (truth == 0) Py_SETREF(*held, Py_NewRef(Py_None));
+        return truth;
+    }
+    Py_SETREF(*held, r);
+    return 1;
+}
+
 static PyObject *steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 21 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != F_N) {
-        PyErr_SetString(PyExc_TypeError, "steps(fixed: tuple of 21, s, t, pages, c0_sum, decoders, dt, p_dt, "
-                        "p_start, busy, step, due, na, na_gate, run_gap, run_last, room, nrun, qnw, terms, first)");
+    if (nargs != 24 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != F_N) {
+        PyErr_SetString(PyExc_TypeError, "steps(fixed: tuple of 25, s, t, pages, c0_sum, decoders, dt, p_dt, "
+                        "p_start, busy, step, due, na, na_gate, run_gap, run_last, room, nrun, qnw, head, held, "
+                        "budget, terms, first)");
         return NULL;
     }
     PyObject *const *f = &PyTuple_GET_ITEM(args[0], 0);
     PyObject *buckets = f[F_BUCKETS], *reg = f[F_REGISTER], *fin = f[F_FIN], *margin = f[F_MARGIN];
     PyObject *log = f[F_LOG], *fq = f[F_FQ], *pool = f[F_POOL];
-    long long lag, usable, nulls, B, s, pages, c0, dec, step, run_gap, run_last, room, nrun, qnw, first[5];
+    long long lag, usable, nulls, B, s, pages, c0, dec, step, run_gap, run_last, room, nrun, qnw, budget, first[5];
     double t, dt, p_dt, p_start, busy, due, na, na_gate;
     Terms k;
     if (get_ll(f[F_LAG], &lag) || get_ll(f[F_USABLE], &usable) || get_ll(f[F_NULLS], &nulls) ||
         get_ll(f[F_BSIZE], &B) || get_ll(args[1], &s) || get_ll(args[3], &pages) || get_ll(args[4], &c0) ||
         get_ll(args[5], &dec) || get_ll(args[10], &step) || get_ll(args[14], &run_gap) ||
-        get_ll(args[15], &run_last) || get_ll(args[16], &room) || get_ll(args[17], &nrun) || get_ll(args[18], &qnw))
+        get_ll(args[15], &run_last) || get_ll(args[16], &room) || get_ll(args[17], &nrun) ||
+        get_ll(args[18], &qnw) || get_ll(args[21], &budget))
         return NULL;
     t = PyFloat_AsDouble(args[2]);
     dt = PyFloat_AsDouble(args[6]);
@@ -133,48 +175,54 @@ static PyObject *steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     na = PyFloat_AsDouble(args[12]);
     na_gate = PyFloat_AsDouble(args[13]);
     if (PyErr_Occurred()) return NULL;
-    if (get_terms(args[19], &k) < 0) return NULL;
-    if (!PyTuple_Check(args[20]) || PyTuple_GET_SIZE(args[20]) != 5) {
+    if (get_terms(args[22], &k) < 0) return NULL;
+    if (!PyTuple_Check(args[23]) || PyTuple_GET_SIZE(args[23]) != 5) {
         PyErr_SetString(PyExc_TypeError, "steps: first is a tuple of 5 ints");
         return NULL;
     }
     for (int i = 0; i < 5; i++)
-        if (get_ll(PyTuple_GET_ITEM(args[20], i), &first[i])) return NULL;
+        if (get_ll(PyTuple_GET_ITEM(args[23], i), &first[i])) return NULL;
     if (!PyList_Check(buckets) || PyList_GET_SIZE(buckets) != B || B < 1 || !PyDict_Check(fin) ||
         (lag != 0 && lag != 1)) {
         PyErr_SetString(PyExc_ValueError, "steps: buckets a list of block-size lists, fin a dict, lag 0 or 1");
         return NULL;
     }
+    PyObject *head = Py_NewRef(args[19]), *held = Py_NewRef(args[20]);
     long long n = 0;
     for (;; n++) {
         long long s1 = s + 1;
         PyObject *bucket = PyList_GET_ITEM(buckets, s1 % B);
         if (!PyList_Check(bucket)) {
             PyErr_SetString(PyExc_TypeError, "steps: a bucket is a list");
-            return NULL;
+            goto error;
         }
         long long nb = PyList_GET_SIZE(bucket), size;
-        if (attr_ll(fq, s_size, &size, &c_size)) return NULL;
+        if (attr_ll(fq, s_size, &size, &c_size)) goto error;
         double plan_t = lag ? p_start : t;
         if (n > 0) {  /* the window's loop head, for the steps after its own */
-            if (n >= room || size - nb < 0 || t >= na_gate || due <= plan_t) break;
-            if (run_gap >= 0 && s1 <= run_last && due - plan_t >= (double)run_gap * dt) break;
+            if (n >= room || size - nb < 0 || t >= na_gate) break;
             PyObject *key = PyLong_FromLongLong(s1);
-            if (key == NULL) return NULL;
+            if (key == NULL) goto error;
             int in = PyDict_Contains(fin, key);
             Py_DECREF(key);
-            if (in < 0) return NULL;
+            if (in < 0) goto error;
             if (in) break;
             if (nb && margin != Py_None) {  /* the decoders' block checks (Margin.note), as the window's */
                 long long pm;
-                if (attr_ll(margin, s_pass_min, &pm, &c_pass_min)) return NULL;
-                if (size - nb < pm && set_ll(margin, s_pass_min, size - nb, &c_pass_min_set)) return NULL;
+                if (attr_ll(margin, s_pass_min, &pm, &c_pass_min)) goto error;
+                if (size - nb < pm && set_ll(margin, s_pass_min, size - nb, &c_pass_min_set)) goto error;
             }
+            if (due <= plan_t) {
+                int none = pull_due(f, plan_t, budget, &due, &qnw, &head, &held);
+                if (none < 0) goto error;
+                if (!none) break;
+            }
+            if (run_gap >= 0 && held == Py_True && s1 <= run_last && due - plan_t >= (double)run_gap * dt) break;
         }
         if (nb) {  /* cross_boundary would take its Python path */
             int no = attr_true(pool, s_dups, &c_dups);
             if (no == 0) no = attr_true(pool, s_observed, &c_observed);
-            if (no < 0) return NULL;
+            if (no < 0) goto error;
             if (no) break;
         }
         long long pg = pages + nb, ctx = c0 + dec * s1;
@@ -182,7 +230,7 @@ static PyObject *steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         if ((lag ? t : t + d) >= na) break;
         if (nb) {  /* cross_boundary's compiled call */
             PyObject *ahead = lag && reg != Py_None ? PyLong_FromLongLong(s1 - 1) : Py_NewRef(Py_None);
-            if (ahead == NULL) return NULL;
+            if (ahead == NULL) goto error;
             PyObject *cargs[12] = {bucket, f[F_NXT], f[F_PRV], f[F_HEAD], f[F_REF], f[F_BH], f[F_CACHE],
                                    f[F_UNPUB], ahead, f[F_BSIZE], f[F_MARK], f[F_SLOW]};
             long long evicted, ev;
@@ -190,34 +238,34 @@ static PyObject *steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             Py_DECREF(ahead);
             if (rc || attr_ll(fq, s_size, &size, &c_size) || set_ll(fq, s_size, size - nb, &c_size_set) ||
                 attr_ll(pool, s_evictions, &ev, &c_evictions) || set_ll(pool, s_evictions, ev + evicted, &c_evictions_set))
-                return NULL;
+                goto error;
         }
         if (!lag && reg != Py_None) {  /* sync: the blocks this step fills are registered */
             PyObject *filling = PyList_GET_ITEM(buckets, (s1 + 1) % B);
             if (PyList_Check(filling) && PyList_GET_SIZE(filling)) {
                 PyObject *key = PyLong_FromLongLong(s1);
-                if (key == NULL) return NULL;
+                if (key == NULL) goto error;
                 PyObject *rargs[2] = {filling, key};
                 int rc = call_none(reg, rargs, 2, NULL);
                 Py_DECREF(key);
-                if (rc) return NULL;
+                if (rc) goto error;
             }
         }
         long long free_blocks, shared;
-        if (attr_ll(fq, s_size, &free_blocks, &c_size) || attr_ll(pool, s_shared_excess, &shared, &c_shared)) return NULL;
+        if (attr_ll(fq, s_size, &free_blocks, &c_size) || attr_ll(pool, s_shared_excess, &shared, &c_shared)) goto error;
         long long comp = lag ? ctx - dec : ctx, used = usable - free_blocks;
         long long internal = (used + shared) * B - comp;
         long long tail[14] = {nrun, qnw, 0, dec, 0, free_blocks, used * B - internal, 0, internal,
                               nulls, free_blocks * B, shared, 0, 0};
         if (lag) {  /* step s lands, step s1 is launched */
             tail[2] = first[0], tail[3] = first[1], tail[4] = first[2], tail[12] = first[3], tail[13] = first[4];
-            if (append_row(log, step, p_start, p_dt, tail)) return NULL;
+            if (append_row(log, step, p_start, p_dt, tail)) goto error;
             busy = busy + p_dt;
             first[0] = 0, first[1] = dec, first[2] = first[3] = first[4] = 0;
             p_dt = d;
             p_start = t;
         } else {
-            if (append_row(log, step, t, d, tail)) return NULL;
+            if (append_row(log, step, t, d, tail)) goto error;
             busy = busy + d;
         }
         step++;
@@ -226,7 +274,14 @@ static PyObject *steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         t = t + d;
         dt = d;
     }
-    return Py_BuildValue("(LdLdddd)", n, t, pages, dt, p_dt, p_start, busy);
+    PyObject *out = Py_BuildValue("(LdLdddddLOO)", n, t, pages, dt, p_dt, p_start, busy, due, qnw, head, held);
+    Py_DECREF(head);
+    Py_DECREF(held);
+    return out;
+error:
+    Py_DECREF(head);
+    Py_DECREF(held);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
@@ -244,7 +299,8 @@ PyMODINIT_FUNC PyInit__quiet_steps(void) {
         !(s_shared_excess = PyUnicode_InternFromString("shared_excess")) ||
         !(s_dups = PyUnicode_InternFromString("dups")) ||
         !(s_observed = PyUnicode_InternFromString("observed")) ||
-        !(s_pass_min = PyUnicode_InternFromString("pass_min")))
+        !(s_pass_min = PyUnicode_InternFromString("pass_min")) ||
+        !(s_peek = PyUnicode_InternFromString("peek")))
         return NULL;
     return PyModule_Create(&module);
 }

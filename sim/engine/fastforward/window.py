@@ -119,7 +119,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                      Pausing(running, next_arrival, next_due, real_counts, lazy)  # type: ignore[arg-type]
                      if pausable else None) \
         if lin is not None and quiet and cross is not None else None
-    quick = bind(k, lag, buckets, fin, ends, register, lin, runs.min_run if runs is not None else -1, pausable)
+    quick = bind(k, lag, buckets, fin, ends, register, lin, runs.min_run if runs is not None else -1, pausable, pull_due, next_due)
     while decoders:
         s1 = s + 1
         if progress is not None and len(log) >= cap:  # a long window drains its records (bounded memory)
@@ -163,8 +163,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                     else:
                         held = 2  # nor a run until what ready() reads changes (a pull, a pause, a non-quiet step)
                 if quick is not None:  # this step and the quiet ones after it, compiled (quiet_steps.py)
-                    n, s, t, pages, dt, p_plan, p_batch, p_dt, p_start = quick.take(
-                        s, t, pages, c0_sum, decoders, dt, p_plan, p_batch, p_dt, p_start, qnw, len(running), due, na, held, cap - len(log))
+                    n, s, t, pages, dt, p_plan, p_batch, p_dt, p_start, due, held, qnw, head = quick.take(
+                        s, t, pages, c0_sum, decoders, dt, p_plan, p_batch, p_dt, p_start, qnw, head, len(running), due, na, held, cap - len(log))
                     if n:
                         continue
                 if bucket or (sync_reg and buckets[(s1 + 1) % B]):  # else boundary() does nothing
