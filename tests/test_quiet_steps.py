@@ -200,3 +200,27 @@ def test_runs_of_quiet_steps_are_taken_where_the_window_would_take_them(
     assert seen[0][0] == seen[1][0] and len(seen[0][0]) > 0
     pd.testing.assert_frame_equal(seen[0][1], seen[1][1], check_exact=True)
     assert sum(taken) > 0
+
+
+def test_an_observed_pool_sees_every_pop_either_way(taken: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool whose operations are wrapped to be logged (``BlockPool.observed``, as a sweep's
+    derivation does): the compiled calls hand its crossings to the Python path, which pops
+    through the wrapper -- in the quiet steps and at the boundaries of the other steps."""
+    from sim.config import make_config
+    from sim.run.simulate import simulate
+
+    logs = []
+    for which in ("compiled", "python"):
+        monkeypatch.setattr(quiet_steps, "COMPILED", loops(which))
+        log: list[int] = []
+
+        def observe(parts: Any, log: list[int] = log) -> None:
+            pool = parts.kv.pool
+            pop = pool.get_new_blocks
+            pool.get_new_blocks = lambda n: log.append(n) or pop(n)
+            pool.observed = True
+
+        res = simulate(make_config(**CONFIGS["async-caching"]), bundled(200, 4.0), on_build=observe)
+        logs.append((log, res.steps))
+    assert logs[0][0] == logs[1][0] and len(logs[0][0]) > 100
+    pd.testing.assert_frame_equal(logs[0][1], logs[1][1], check_exact=True)

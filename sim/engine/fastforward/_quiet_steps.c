@@ -44,7 +44,7 @@ static SlotCache c_size, c_size_set, c_evictions, c_evictions_set, c_shared, c_d
     c_pass_min_set;  /* one per attribute and use */
 
 enum { F_BUCKETS, F_LAG, F_REGISTER, F_FIN, F_MARGIN, F_LOG, F_USABLE, F_NULLS, F_PULL, F_NEXT_DUE, F_WAITING,
-       F_ADMITS, F_CROSS, F_FQ, F_POOL,
+       F_ADMITS, F_CROSS_PY, F_CROSS, F_FQ, F_POOL,
        F_NXT, F_PRV, F_HEAD, F_REF, F_BH, F_CACHE, F_UNPUB, F_BSIZE, F_MARK, F_SLOW, F_N };
 
 static int get_ll(PyObject *o, long long *out) {
@@ -112,6 +112,83 @@ fail:
     return -1;
 }
 
+/* 1: cross_boundary would take its Python path (a key with a second block, an observed pool);
+ * 0: its compiled call; -1: error */
+static int python_path(PyObject *pool) {
+    int no = attr_true(pool, s_dups, &c_dups);
+    if (no == 0) no = attr_true(pool, s_observed, &c_observed);
+    return no;
+}
+
+/* cross_boundary's compiled call on the nb > 0 requests of `bucket` at window step s1, and the
+ * counters it updates (0, or -1 with an exception set) */
+static int cross_compiled(PyObject *const *f, PyObject *bucket, long long nb, long long s1, long long lag) {
+    PyObject *ahead = lag && f[F_REGISTER] != Py_None ? PyLong_FromLongLong(s1 - 1) : Py_NewRef(Py_None);
+    if (ahead == NULL) return -1;
+    PyObject *cargs[12] = {bucket, f[F_NXT], f[F_PRV], f[F_HEAD], f[F_REF], f[F_BH], f[F_CACHE],
+                           f[F_UNPUB], ahead, f[F_BSIZE], f[F_MARK], f[F_SLOW]};
+    long long evicted, ev, size;
+    int rc = call_none(f[F_CROSS], cargs, 12, &evicted);
+    Py_DECREF(ahead);
+    if (rc || attr_ll(f[F_FQ], s_size, &size, &c_size) || set_ll(f[F_FQ], s_size, size - nb, &c_size_set) ||
+        attr_ll(f[F_POOL], s_evictions, &ev, &c_evictions) ||
+        set_ll(f[F_POOL], s_evictions, ev + evicted, &c_evictions_set))
+        return -1;
+    return 0;
+}
+
+/* sync: the blocks window step s1 fills are registered (0, or -1 with an exception set) */
+static int register_filling(PyObject *const *f, long long s1, long long B) {
+    PyObject *filling = PyList_GET_ITEM(f[F_BUCKETS], (s1 + 1) % B);
+    if (!PyList_Check(filling) || !PyList_GET_SIZE(filling)) return 0;
+    PyObject *key = PyLong_FromLongLong(s1);
+    if (key == NULL) return -1;
+    PyObject *rargs[2] = {filling, key};
+    int rc = call_none(f[F_REGISTER], rargs, 2, NULL);
+    Py_DECREF(key);
+    return rc;
+}
+
+/* boundary(fixed, s1) -> the blocks taken: decoders.boundary's work at window step s1 (the
+ * crossing bucket's new blocks and marks, then, sync, the filling bucket's registrations), with
+ * cross_boundary's compiled call made here, or cross_boundary itself where it would take its
+ * Python path; for the window's steps that are not quiet */
+static PyObject *boundary(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != F_N) {
+        PyErr_SetString(PyExc_TypeError, "boundary(fixed: tuple of 26, s1)");
+        return NULL;
+    }
+    PyObject *const *f = &PyTuple_GET_ITEM(args[0], 0);
+    long long lag, B, s1;
+    if (get_ll(f[F_LAG], &lag) || get_ll(f[F_BSIZE], &B) || get_ll(args[1], &s1)) return NULL;
+    if (!PyList_Check(f[F_BUCKETS]) || PyList_GET_SIZE(f[F_BUCKETS]) != B || B < 1 || s1 < 0) {
+        PyErr_SetString(PyExc_ValueError, "boundary: buckets a list of block-size lists, s1 >= 0");
+        return NULL;
+    }
+    PyObject *bucket = PyList_GET_ITEM(f[F_BUCKETS], s1 % B);
+    if (!PyList_Check(bucket)) {
+        PyErr_SetString(PyExc_TypeError, "boundary: a bucket is a list");
+        return NULL;
+    }
+    long long nb = PyList_GET_SIZE(bucket);
+    if (nb) {
+        int py = python_path(f[F_POOL]);
+        if (py < 0) return NULL;
+        if (py) {
+            PyObject *ahead = lag && f[F_REGISTER] != Py_None ? PyLong_FromLongLong(s1 - 1) : Py_NewRef(Py_None);
+            if (ahead == NULL) return NULL;
+            PyObject *a[2] = {bucket, ahead};
+            int rc = call_none(f[F_CROSS_PY], a, 2, NULL);
+            Py_DECREF(ahead);
+            if (rc) return NULL;
+        } else if (cross_compiled(f, bucket, nb, s1, lag)) {
+            return NULL;
+        }
+    }
+    if (!lag && f[F_REGISTER] != Py_None && register_filling(f, s1, B)) return NULL;
+    return PyLong_FromLongLong(nb);
+}
+
 /* an arrival due at step s1: pulled, the next one read, the waiting head checked (window.py's
  * quiet branch); 1: still nothing to admit (held updated), 0: admission may run, -1: error */
 static int pull_due(PyObject *const *f, double plan_t, long long budget, double *due, long long *qnw,
@@ -149,7 +226,7 @@ static int pull_due(PyObject *const *f, double plan_t, long long budget, double 
 
 static PyObject *steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 24 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != F_N) {
-        PyErr_SetString(PyExc_TypeError, "steps(fixed: tuple of 25, s, t, pages, c0_sum, decoders, dt, p_dt, "
+        PyErr_SetString(PyExc_TypeError, "steps(fixed: tuple of 26, s, t, pages, c0_sum, decoders, dt, p_dt, "
                         "p_start, busy, step, due, na, na_gate, run_gap, run_last, room, nrun, qnw, head, held, "
                         "budget, terms, first)");
         return NULL;
@@ -220,37 +297,15 @@ static PyObject *steps(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             if (run_gap >= 0 && held == Py_True && s1 <= run_last && due - plan_t >= (double)run_gap * dt) break;
         }
         if (nb) {  /* cross_boundary would take its Python path */
-            int no = attr_true(pool, s_dups, &c_dups);
-            if (no == 0) no = attr_true(pool, s_observed, &c_observed);
+            int no = python_path(pool);
             if (no < 0) goto error;
             if (no) break;
         }
         long long pg = pages + nb, ctx = c0 + dec * s1;
         double d = step_time(&k, ctx, pg);
         if ((lag ? t : t + d) >= na) break;
-        if (nb) {  /* cross_boundary's compiled call */
-            PyObject *ahead = lag && reg != Py_None ? PyLong_FromLongLong(s1 - 1) : Py_NewRef(Py_None);
-            if (ahead == NULL) goto error;
-            PyObject *cargs[12] = {bucket, f[F_NXT], f[F_PRV], f[F_HEAD], f[F_REF], f[F_BH], f[F_CACHE],
-                                   f[F_UNPUB], ahead, f[F_BSIZE], f[F_MARK], f[F_SLOW]};
-            long long evicted, ev;
-            int rc = call_none(f[F_CROSS], cargs, 12, &evicted);
-            Py_DECREF(ahead);
-            if (rc || attr_ll(fq, s_size, &size, &c_size) || set_ll(fq, s_size, size - nb, &c_size_set) ||
-                attr_ll(pool, s_evictions, &ev, &c_evictions) || set_ll(pool, s_evictions, ev + evicted, &c_evictions_set))
-                goto error;
-        }
-        if (!lag && reg != Py_None) {  /* sync: the blocks this step fills are registered */
-            PyObject *filling = PyList_GET_ITEM(buckets, (s1 + 1) % B);
-            if (PyList_Check(filling) && PyList_GET_SIZE(filling)) {
-                PyObject *key = PyLong_FromLongLong(s1);
-                if (key == NULL) goto error;
-                PyObject *rargs[2] = {filling, key};
-                int rc = call_none(reg, rargs, 2, NULL);
-                Py_DECREF(key);
-                if (rc) goto error;
-            }
-        }
+        if (nb && cross_compiled(f, bucket, nb, s1, lag)) goto error;
+        if (!lag && reg != Py_None && register_filling(f, s1, B)) goto error;
         long long free_blocks, shared;
         if (attr_ll(fq, s_size, &free_blocks, &c_size) || attr_ll(pool, s_shared_excess, &shared, &c_shared)) goto error;
         long long comp = lag ? ctx - dec : ctx, used = usable - free_blocks;
@@ -287,6 +342,8 @@ error:
 static PyMethodDef methods[] = {
     {"steps", (PyCFunction)(void (*)(void))steps, METH_FASTCALL,
      "A window's quiet steps, one after another (see the module source)."},
+    {"boundary", (PyCFunction)(void (*)(void))boundary, METH_FASTCALL,
+     "A window step's block boundary (see the module source)."},
     {NULL, NULL, 0, NULL},
 };
 

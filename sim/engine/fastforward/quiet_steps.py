@@ -20,6 +20,7 @@ Python.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from sim.compiled import compiled
@@ -39,13 +40,15 @@ ROOM = 1 << 62  # no progress hook: no limit on the records a call appends
 class QuietSteps:
     """The compiled quiet steps of one window: its constants, bound once."""
 
-    __slots__ = ("ends", "fin", "fixed", "k", "lag", "na_gate", "run_gap", "steps")
+    __slots__ = ("boundary", "ends", "fin", "fixed", "k", "lag", "na_gate", "run_gap", "steps")
 
     def __init__(self, k: StepKernel, lag: int, fixed: tuple[Any, ...], steps: Callable[..., Any],
                  fin: dict[int, list[Request]], ends: list[int], run_gap: int, pausable: bool) -> None:
         self.k, self.lag, self.fixed, self.steps, self.fin, self.ends = k, lag, fixed, steps, fin, ends
         self.run_gap = run_gap  # a run's least length (-1: no runs in this window)
         self.na_gate = lag and pausable  # async and pausable: the window waits at a router's arrival
+        #: boundary(s1) -> blocks taken: decoders.boundary at window step s1, one compiled call
+        self.boundary: Callable[[int], int] = partial(getattr(COMPILED, "boundary"), fixed)  # noqa: B009
 
     def take(self, s: int, t: float, pages: int, c0_sum: int, decoders: int, dt: float, p_plan: StepPlan,
              p_batch: StepBatch, p_dt: float, p_start: float, qnw: int, head: Request | None, nrun: int, due: float,
@@ -90,5 +93,6 @@ def bind(k: StepKernel, lag: int, buckets: list[list[Request]], fin: dict[int, l
     if call is None or call[10] != len(buckets):
         return None
     fixed = (buckets, lag, register, fin, k.kv.headroom, k.log.append, lin.usable, lin.null_slots,
-             pull if next_due is not None else None, next_due, k.sched.waiting, k.sched.admits_nothing, *call)
+             pull if next_due is not None else None, next_due, k.sched.waiting, k.sched.admits_nothing,
+             blocks.cross_boundary, *call)
     return QuietSteps(k, lag, fixed, steps, fin, ends, run_gap, pausable)

@@ -220,7 +220,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             plan, c0_sum, decoders, pages = preempt_pass(k, running, bucket, out, s, fin, buckets, c0_sum, decoders, pages,
                                                          register if sync_reg else None)
         elif bucket or (sync_reg and buckets[(s1 + 1) % B]):
-            pages += boundary(buckets, s1, lag, cross, register)
+            pages += boundary(buckets, s1, lag, cross, register) if quick is None else quick.boundary(s1)
         if part is not None:  # its next chunk, after every decoder (running order)
             kv.allocate(part, n_part)
             plan = StepPlan(scheduled=[(part, n_part)])
