@@ -162,7 +162,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                             continue
                     else:
                         held = 2  # nor a run until what ready() reads changes (a pull, a pause, a non-quiet step)
-                if quick is not None and (t if lag else t + dt) < na:  # this and the next quiet steps, compiled (quiet_steps.py), where no router reads first (the last dt: a guess)
+                if quick is not None and (t if lag else t + dt) < na:  # compiled quiet steps (quiet_steps.py); no router read due first?
                     n, s, t, pages, dt, p_plan, p_batch, p_dt, p_start, due, held, qnw, head = quick.take(
                         s, t, pages, c0_sum, decoders, dt, p_plan, p_batch, p_dt, p_start, qnw, head, len(running), due, na, held, cap - len(log))
                     if n:
