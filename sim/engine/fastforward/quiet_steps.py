@@ -25,7 +25,7 @@ from typing import Any
 
 from sim.compiled import compiled
 from sim.cost.batch import StepBatch
-from sim.cost.bulk import DecodeTerms
+from sim.cost.bulk import DecodeTerms, folds_decode_terms
 from sim.engine.fastforward.decoders import nearest
 from sim.engine.fastforward.steps import NO_PLAN, new_batch
 from sim.engine.step import StepKernel
@@ -87,8 +87,8 @@ def bind(k: StepKernel, lag: int, buckets: list[list[Request]], fin: dict[int, l
     ``pull(t)`` and ``next_due()``: the window's own (a quiet step pulls the arrivals due)."""
     steps = getattr(COMPILED, "steps", None)
     blocks = k.decode_blocks
-    if steps is None or blocks is None or lin is None or getattr(k.cost, "decode_terms", None) is None:
-        return None  # (the DecodeTimes protocol by its one method: isinstance on a Protocol takes ~8 us, per window)
+    if steps is None or blocks is None or lin is None or not folds_decode_terms(k.cost):
+        return None
     call = blocks.cross_call()
     if call is None or call[10] != len(buckets):
         return None
