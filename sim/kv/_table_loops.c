@@ -213,9 +213,15 @@ static int append_all(PyObject *reqs, PyObject *new) {
     return 0;
 }
 
+/* the pool's arguments of cross and take, p[0..5] = nxt, prv, head, ref, block_hash, cache: the
+ * lists are lists, the map a dict (1), or not (0) */
+static int pool_args(PyObject *const *p) {
+    return PyList_Check(p[0]) && PyList_Check(p[1]) && PyList_Check(p[3]) && PyList_Check(p[4]) &&
+           PyDict_Check(p[5]);
+}
+
 static PyObject *cross(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 12 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])
-            || !PyList_Check(args[4]) || !PyList_Check(args[5]) || !PyDict_Check(args[6])) {
+    if (nargs != 12 || !PyList_Check(args[0]) || !pool_args(args + 1)) {
         PyErr_SetString(PyExc_TypeError, "cross(reqs: list, nxt: list, prv: list, head, ref: list, "
                         "block_hash: list, cache: dict, unpub, ahead, block_size, mark, slow)");
         return NULL;
@@ -284,8 +290,7 @@ static PyObject *mark_blocks(PyObject *self, PyObject *const *args, Py_ssize_t n
 }
 
 static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 11 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])
-            || !PyList_Check(args[4]) || !PyList_Check(args[5]) || !PyDict_Check(args[6])) {
+    if (nargs != 11 || !PyList_Check(args[0]) || !pool_args(args + 1)) {
         PyErr_SetString(PyExc_TypeError, "take(blocks: list, nxt: list, prv: list, head, ref: list, "
                         "block_hash: list, cache: dict, unpub, n, j0, full)");
         return NULL;

@@ -120,10 +120,16 @@ static int python_path(PyObject *pool) {
     return no;
 }
 
+/* cross_boundary's `ahead` at window step s1 (decoders.boundary): async with caching, the step
+ * whose token filled a block registers it a step late; else None. A new reference, or NULL */
+static PyObject *ahead_at(PyObject *const *f, long long s1, long long lag) {
+    return lag && f[F_REGISTER] != Py_None ? PyLong_FromLongLong(s1 - 1) : Py_NewRef(Py_None);
+}
+
 /* cross_boundary's compiled call on the nb > 0 requests of `bucket` at window step s1, and the
  * counters it updates (0, or -1 with an exception set) */
 static int cross_compiled(PyObject *const *f, PyObject *bucket, long long nb, long long s1, long long lag) {
-    PyObject *ahead = lag && f[F_REGISTER] != Py_None ? PyLong_FromLongLong(s1 - 1) : Py_NewRef(Py_None);
+    PyObject *ahead = ahead_at(f, s1, lag);
     if (ahead == NULL) return -1;
     PyObject *cargs[12] = {bucket, f[F_NXT], f[F_PRV], f[F_HEAD], f[F_REF], f[F_BH], f[F_CACHE],
                            f[F_UNPUB], ahead, f[F_BSIZE], f[F_MARK], f[F_SLOW]};
@@ -175,7 +181,7 @@ static PyObject *boundary(PyObject *self, PyObject *const *args, Py_ssize_t narg
         int py = python_path(f[F_POOL]);
         if (py < 0) return NULL;
         if (py) {
-            PyObject *ahead = lag && f[F_REGISTER] != Py_None ? PyLong_FromLongLong(s1 - 1) : Py_NewRef(Py_None);
+            PyObject *ahead = ahead_at(f, s1, lag);
             if (ahead == NULL) return NULL;
             PyObject *a[2] = {bucket, ahead};
             int rc = call_none(f[F_CROSS_PY], a, 2, NULL);
