@@ -73,6 +73,18 @@ def test_register_decoded_blocks_leaves_the_same_pool_with_either_loop(
     assert (marked > 0) == lazy, "the workload reaches the marking branch (lazy) and only then"
 
 
+def hogged(monkeypatch: pytest.MonkeyPatch, which: str, lazy: bool, loop: str) -> tuple[PagedAllocator, list[Any], Any]:
+    """:func:`allocator_with_decoders` on ``which`` table loops (its compiled ``loop`` bound
+    exactly when compiled), and a request holding every free block: only blocks freed after it
+    are left to pop."""
+    monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
+    kv, reqs = allocator_with_decoders(which, lazy)
+    assert (getattr(kv, loop) is not None) == (which == "compiled")
+    hog = req(30, 4 * kv.num_free_blocks)
+    assert kv.allocate(hog, hog.num_tokens)
+    return kv, reqs, hog
+
+
 @pytest.mark.parametrize("lazy", [True, False], ids=["marks", "keys"])
 @pytest.mark.parametrize("ahead", [None, 0])
 def test_a_block_boundary_in_one_compiled_call_leaves_what_append_and_register_leave(
@@ -82,11 +94,7 @@ def test_a_block_boundary_in_one_compiled_call_leaves_what_append_and_register_l
     carry hashes, so that the pops evict."""
     states = []
     for which in ("compiled", "python"):
-        monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
-        kv, reqs = allocator_with_decoders(which, lazy)
-        assert (kv._cross is not None) == (which == "compiled")
-        hog = req(30, 4 * kv.num_free_blocks)
-        assert kv.allocate(hog, hog.num_tokens)  # every free block: only those freed below are left
+        kv, reqs, hog = hogged(monkeypatch, which, lazy, "_cross")  # only blocks freed below are left
         for r in reqs[4:]:
             kv.free(r)  # finished: their hashed blocks go to the free queue
         crossing = reqs[:3]
@@ -141,11 +149,7 @@ def test_an_admission_in_one_compiled_call_leaves_what_pops_and_marks_leave(monk
     prompt in chunks (a chunk that fills no new block, one that takes none)."""
     states = []
     for which in ("compiled", "python"):
-        monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
-        kv, reqs = allocator_with_decoders(which, True)
-        assert (kv._take is not None) == (which == "compiled")
-        hog = req(30, 4 * kv.num_free_blocks)
-        assert kv.allocate(hog, hog.num_tokens)
+        kv, reqs, hog = hogged(monkeypatch, which, True, "_take")
         for r in (reqs[5], reqs[2], hog):  # content keys; then two preemptions (published keys)
             kv.free(r)
         back = reqs[2]
