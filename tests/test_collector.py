@@ -1,5 +1,5 @@
-"""A run holds the cyclic collector back and gives it back as it found it; so does building a
-trace's requests."""
+"""A run turns automatic collection off and gives the collector back as it found it; so does
+building a trace's requests."""
 
 from __future__ import annotations
 
@@ -7,24 +7,25 @@ import gc
 
 import pytest
 
-from sim.collector import GEN0, fewer_collections, paused
+from sim.collector import no_collections, paused
 from sim.config import make_config
 from sim.io.ingest import make_requests
 from sim.run.simulate import simulate
 
 
-def test_inside_a_run_what_exists_is_frozen_and_gen0_waits_longer() -> None:
+def test_inside_a_run_nothing_is_collected_and_what_exists_is_frozen() -> None:
     before, frozen = gc.get_threshold(), gc.get_freeze_count()
-    with fewer_collections():
-        assert gc.get_threshold()[0] == max(GEN0, before[0])
-        assert gc.get_threshold()[1:] == before[1:]
+    assert gc.isenabled()
+    with no_collections():
+        assert not gc.isenabled()
         assert gc.get_freeze_count() > frozen
+    assert gc.isenabled()
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
 
 
 def test_settle_freezes_what_was_built_inside_and_all_is_thawed_after() -> None:
-    with fewer_collections() as settle:
+    with no_collections() as settle:
         built = [[i] for i in range(1000)]  # a run's requests, say: they live through it
         assert all(gc.is_tracked(x) for x in built)
         frozen = gc.get_freeze_count()
@@ -33,32 +34,35 @@ def test_settle_freezes_what_was_built_inside_and_all_is_thawed_after() -> None:
     assert gc.get_freeze_count() == 0
 
 
-def test_a_run_walks_none_of_its_requests(bundled_trace, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The requests are built inside the run's hold and settled before it starts: no collection
-    during the run finds one of them young (collections as often as CPython's default, here)."""
-    from sim import collector
-    from sim.request import Request
-    from sim.run import simulate as sim_run
-
-    monkeypatch.setattr(sim_run, "fewer_collections", lambda: collector.fewer_collections(gen0=1))
-
-    young: list[int] = []
+def test_no_automatic_collection_starts_while_the_engine_runs(bundled_trace) -> None:
+    """With a collection due every allocation (threshold 1), none starts between the run's first
+    step and its last; the collector works as before once the run is over."""
+    started: list[int] = []
+    seen: list[int] = []  # collections started so far, at each step
 
     def count(phase: str, info: dict) -> None:
         if phase == "start":
-            young.append(sum(type(o) is Request for o in gc.get_objects(generation=0)))
+            started.append(info["generation"])
 
+    before = gc.get_threshold()
     gc.callbacks.append(count)
     try:
-        simulate(make_config(model="llama-3.1-8b", gpu="h100"), bundled_trace)
+        gc.set_threshold(1, 1, 1)
+        simulate(make_config(model="llama-3.1-8b", gpu="h100", exact_steps=True), bundled_trace,
+                 on_step=lambda _rep: seen.append(len(started)))
+        after = len(started)
+        _ = [[i] for i in range(100)]  # allocations: collections are due again
+        assert len(started) > after
     finally:
+        gc.set_threshold(*before)
         gc.callbacks.remove(count)
-    assert young and not any(young)
+    assert len(seen) > 100
+    assert seen[0] == seen[-1]
 
 
 def test_the_collector_is_given_back_when_the_run_raises() -> None:
     before = gc.get_threshold()
-    with pytest.raises(RuntimeError), fewer_collections():
+    with pytest.raises(RuntimeError), no_collections():
         raise RuntimeError("a run that fails")
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
@@ -74,8 +78,8 @@ def test_objects_the_process_froze_itself_stay_frozen(monkeypatch: pytest.Monkey
     try:
         monkeypatch.setattr(collector.gc, "freeze", lambda: calls.append("freeze"))
         monkeypatch.setattr(collector.gc, "unfreeze", lambda: calls.append("unfreeze"))
-        with fewer_collections():
-            assert gc.get_threshold()[0] >= GEN0
+        with no_collections():
+            assert not gc.isenabled()
         assert calls == []
         assert gc.get_freeze_count() > 0
     finally:

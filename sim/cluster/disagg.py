@@ -34,7 +34,7 @@ from sim.cluster.router import RouterSpec
 from sim.cluster.slo import Slo
 from sim.cluster.spec import ClusterSpec, Instance
 from sim.cluster.view import make_view
-from sim.collector import fewer_collections
+from sim.collector import no_collections
 from sim.engine.replica import Replica
 from sim.engine.sleep import sleep_until
 from sim.errors import ConfigError
@@ -198,7 +198,7 @@ class ClusterRun:
 
     def run(self, stop_on_fail: tuple[Slo, int] | None = None, checks: int = 40) -> ClusterResult:
         aborted, failing = False, tuple[str, ...]()
-        with fewer_collections():
+        with no_collections():
             if stop_on_fail is None:
                 self.env.run()
             else:

@@ -23,7 +23,7 @@ from sim.cluster.policies import RouterState
 from sim.cluster.router import Router, RouterSpec, assign_static, parse_router
 from sim.cluster.slo import Slo
 from sim.cluster.view import make_view
-from sim.collector import fewer_collections
+from sim.collector import no_collections
 from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
@@ -83,7 +83,7 @@ def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str | RouterSp
                               lazy_reads=spec.reads_only_totals and stop_on_fail is None)
         assigned = rt.assigned
     aborted, failing = False, tuple[str, ...]()
-    with fewer_collections():
+    with no_collections():
         if stop_on_fail is None:
             env.run()
         else:

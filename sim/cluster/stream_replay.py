@@ -21,7 +21,7 @@ import pandas as pd
 import simpy
 
 from sim.cluster.router import Router, RouterState, parse_router
-from sim.collector import fewer_collections
+from sim.collector import no_collections
 from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
@@ -84,7 +84,7 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
             rep.follow_router(rt.next_arrival, routed=rt.routed, real_counts=spec.reads_request_counts,
                              lazy_reads=lazy_reads and spec.reads_only_totals)
         assigned = rt.assigned
-    with fewer_collections():
+    with no_collections():
         env.run()
     stats = tuple(s.close(rep.log, rep.kv.paged) for s, rep in zip(sinks, reps, strict=True))
     if out is not None:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.collector import fewer_collections
+from sim.collector import no_collections
 from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.io.ingest import make_requests
@@ -116,7 +116,7 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
     ``on_build(parts)`` sees the replica's parts before it runs (:mod:`sim.sweep.derive`).
     """
     t0 = time.perf_counter()
-    with fewer_collections() as settle:  # (sim/collector.py)
+    with no_collections() as settle:  # (sim/collector.py)
         parts = build(cfg)
         if on_build is not None:
             on_build(parts)
