@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
+import pytest
 
+from sim.io import results
 from sim.io.results import REQUEST_COLUMNS, request_columns, request_frame
 from sim.request import Request, Status
-from tests.helpers import req
+from sim.run import simulate as sim_run
+from tests.helpers import req, require_built
 
 
 def requests_in_every_state() -> list[Request]:
@@ -63,3 +67,42 @@ def test_one_attribute_read_alone_is_a_column_too() -> None:
 
     rs = requests_in_every_state()
     assert list(_columns(rs, ("finish_step",), int)["finish_step"]) == [20, 21, 22, 23, 24]
+
+
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_a_runs_table_is_the_same_with_the_attributes_read_at_their_slots(bundled_trace, monkeypatch: pytest.MonkeyPatch,
+                                                                           path: str) -> None:
+    """``_records.gather_attrs`` (sim/io/_records.c) reads the integer and float attributes of
+    every request; the table is the one ``np.fromiter`` builds, value for value."""
+    from sim.config import make_config
+    from sim.run.simulate import simulate
+
+    require_built(results.GATHER, "sim/io/_records.c")
+    reqs: list[Request] = []
+    monkeypatch.setattr(sim_run, "request_frame", lambda rs: reqs.extend(rs) or request_frame(rs))
+    simulate(make_config(model="llama-3.1-8b", gpu="h100", max_num_seqs=8), bundled_trace)
+    reqs[3].status, reqs[4].status = Status.REJECTED, Status.RUNNING  # every status (an int enum)
+    reqs[5].arrival_s = 7  # an int in a float column
+    if path == "python":
+        ref = request_frame(list(reqs))
+        monkeypatch.setattr(results, "GATHER", None)
+    else:
+        ref = request_frame(tuple(reqs))  # not a list: the Python path
+    got = request_frame(reqs)
+    pd.testing.assert_frame_equal(got, ref, check_exact=True)
+    assert len(got) == len(bundled_trace.df) and set(got.status) >= {"finished", "rejected", "unfinished"}
+
+
+def test_gathering_an_attribute_that_is_not_a_number_raises() -> None:
+    require_built(results.GATHER, "sim/io/_records.c")
+    rs = requests_in_every_state()
+    rs[2].arrival_s = "late"  # type: ignore[assignment]
+    with pytest.raises(TypeError):
+        results.GATHER(rs, ("arrival_s",), np.empty((5, 1)), True)  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        results.GATHER(rs, ("no_such",), np.empty((5, 1), np.int64), False)  # type: ignore[misc]
+    with pytest.raises(ValueError, match="need"):
+        results.GATHER(rs, ("finish_step",), np.empty((4, 1), np.int64), False)  # type: ignore[misc]
+    out = np.zeros((5, 2), np.int64)
+    results.GATHER(rs, ("finish_step", "status"), out, False)  # type: ignore[misc]
+    assert out.tolist() == [[r.finish_step, int(r.status)] for r in rs]

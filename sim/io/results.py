@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import attrgetter
 from typing import Any
@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.compiled import compiled
 from sim.io.rejects import CODES
 from sim.request import Request, Status
 
@@ -26,6 +27,12 @@ FINISH_REASONS = ("stop", "length", "rejected")
 MEM_CATS = ("token_state_slots", "reserved_slots", "internal_frag_slots", "external_frag_slots", "free_slots")
 
 
+GATHER: Callable[[list[Any], tuple[str, ...], np.ndarray, bool], None] | None = getattr(
+    compiled("sim.io._records"), "gather_attrs", None)
+"""The compiled ``_records.gather_attrs`` (the attributes read at their slots), or None
+(:func:`sim.compiled.compiled`); tests set it to None to compare both."""
+
+
 def _column(reqs: Sequence[Request], name: str, dtype: Any) -> np.ndarray:
     """The attribute ``name`` of every request, as one numpy column."""
     return np.fromiter(map(attrgetter(name), reqs), dtype=dtype, count=len(reqs))
@@ -34,6 +41,10 @@ def _column(reqs: Sequence[Request], name: str, dtype: Any) -> np.ndarray:
 def _columns(reqs: Sequence[Request], names: tuple[str, ...], dtype: Any) -> dict[str, np.ndarray]:
     """The attributes ``names`` of every request, one contiguous numpy column each, read in one
     pass (one ``np.fromiter`` over the requests' attribute tuples, not one per column)."""
+    if GATHER is not None and type(reqs) is list and dtype in (np.int64, np.float64):
+        rows = np.empty((len(reqs), len(names)), dtype)
+        GATHER(reqs, names, rows, dtype is np.float64)
+        return dict(zip(names, rows.T.copy(), strict=True))
     if len(names) == 1:  # attrgetter of one name gives the value, not a 1-tuple
         return {names[0]: _column(reqs, names[0], dtype)}
     flat = np.fromiter(chain.from_iterable(map(attrgetter(*names), reqs)), dtype=dtype, count=len(reqs) * len(names))
