@@ -80,7 +80,7 @@ def main() -> None:
         print(f"bench_compiled: skipped (no trace: {path or 'set KVSIM_DATA or pass --trace'})")
         return
     if len(compiled_loops()) < len(ON):
-        print(f"bench_compiled: skipped (compiled loops in use: {compiled_loops() or 'none'}; all four are needed)")
+        print(f"bench_compiled: skipped (compiled loops in use: {compiled_loops() or 'none'}; all are needed)")
         return
     trace = load_trace(path)
     if a.limit:

@@ -36,6 +36,12 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
     one-group :class:`~sim.kv.manager.KvCacheManager`, its arithmetic inlined; what enters the
     prefix cache, and when, is :class:`~sim.kv.paged_prefix.PrefixRegistration`'s."""
 
+    plain_admission = True  # its admission arithmetic is KvAllocator's plain case (a subclass: not said)
+
+    def __init_subclass__(cls, **kw: object) -> None:
+        super().__init_subclass__(**kw)
+        cls.plain_admission = False  # it may count otherwise: the waiting pass stays Python
+
     def __init__(
         self,
         num_blocks: int,

@@ -5,20 +5,31 @@ For each candidate: the cheap no-hope check (:meth:`Admission.hopeless`), the pr
 allocator's hit continued by a KV connector, a :class:`~sim.kv.connector.PrefixHit`), the token
 budget and the long-prefill threshold, then the admission rules (:mod:`sim.sched.admission`).
 Fast-forward windows call it too, as the whole scheduling of a window step's admissions.
+
+Its plain case (no KV connector, FCFS, the full-ISL reserve, an allocator that says its
+arithmetic is plain -- ``KvAllocator``'s ``plain_admission`` --, a candidate without prompt content) is compiled where the extension was built (``_admit.c``: the same
+decisions in the same order, the allocator's methods called as here); it hands the rest of a
+pass back to this loop at the first candidate it does not handle.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from sim.compiled import compiled
 from sim.kv.base import KvAllocator
 from sim.kv.connector import PrefixHit
 from sim.kv.margin import Margin
 from sim.request import Request, Status
 from sim.sched.admission import Admission
 from sim.sched.plan import PrefixStats, StepPlan
-from sim.sched.queues import WaitQueue
+from sim.sched.queues import FcfsQueue, WaitQueue
 from sim.sched.transfers import REMOTE, Transfers, probe
+
+_C = compiled("sim.sched._admit")
+if _C is not None:  # the exact types it handles (a subclass may change what it relies on)
+    _C.setup(FcfsQueue, Admission, Margin, Status.RUNNING, Status.PREEMPTED, REMOTE)
+PLAIN = _C.admit if _C is not None else None  # (sched, plan, budget, now, step) -> None | budget left
 
 
 class Scheduler(Protocol):
@@ -34,6 +45,7 @@ class Scheduler(Protocol):
     seq_margin: Margin | None
     threshold: int
     chunked_prefill: bool
+    plain_hooks: bool  # run, _may_start and _started are the base class's (the compiled pass needs it)
 
     @property
     def num_waiting(self) -> int: ...
@@ -49,6 +61,11 @@ def admit(sched: Scheduler, plan: StepPlan, budget: int, now: float, step: int) 
     A request waiting for an asynchronous KV load is passed over until it has arrived
     (:mod:`sim.sched.transfers`); the ones passed over keep their places in the queue.
     """
+    if PLAIN is not None:
+        left = PLAIN(sched, plan, budget, now, step)
+        if left is None:
+            return
+        budget = left  # the compiled pass handed back a candidate it does not handle
     kv, running, adm, waiting = sched.kv, sched.running, sched.admission, sched.waiting
     xfer = sched.transfers
     conn = kv.connector
