@@ -124,9 +124,10 @@ def test_a_candidate_with_prompt_content_is_handed_back_and_the_python_pass_goes
 
 
 def one_pass(which: str, *, blocks: int, seqs: int, budget: int, running: int, prompts: list[int],
-             watermark: int = 0, kv_type: Any = None) -> Any:
+             watermark: int = 0, kv_type: Any = None, keyed: bool = False) -> Any:
     """One waiting pass over fresh requests, ``running`` of them admitted first: what it admitted,
-    and the margins and counters it left."""
+    and the margins, counters and prefix map it left (``keyed``: every block keyed in the map,
+    as KV events make the pool, not marked)."""
     from sim.kv.paged import PagedAllocator
     from sim.sched.admission import Admission
     from sim.sched.plan import StepPlan
@@ -134,6 +135,8 @@ def one_pass(which: str, *, blocks: int, seqs: int, budget: int, running: int, p
     from tests.helpers import req
 
     kv = (kv_type or PagedAllocator)(blocks, 4)
+    if keyed:
+        kv.lazy_unique = False  # as sim/cluster/events.py sets it
     sched = Scheduler(kv, max_num_seqs=seqs, max_num_batched_tokens=1 << 20,
                       admission=Admission(watermark_blocks=watermark))
     for i in range(running):
@@ -147,7 +150,7 @@ def one_pass(which: str, *, blocks: int, seqs: int, budget: int, running: int, p
     m, s = kv.headroom, sched.seq_margin
     return ([(r.uid, n, r.seq, r.first_scheduled_step, r.prefix_hit_tokens) for r, n in plan.scheduled],
             (m.fail_max, m.pass_min), (s.fail_max, s.pass_min), (sched.stats.queries, sched.stats.hits),
-            kv.num_free_blocks, [r.uid for r in sched.waiting])
+            kv.num_free_blocks, [r.uid for r in sched.waiting], sorted(kv.pool.cache))
 
 
 @pytest.mark.parametrize(("case", "kw"), [
@@ -158,6 +161,7 @@ def one_pass(which: str, *, blocks: int, seqs: int, budget: int, running: int, p
     ("the watermark", dict(blocks=12, seqs=8, budget=100, running=1, prompts=[9, 9], watermark=3)),
     ("the watermark, nothing running", dict(blocks=12, seqs=8, budget=100, running=0, prompts=[30, 9],
                                             watermark=3)),
+    ("blocks keyed in the map", dict(blocks=64, seqs=8, budget=100, running=1, prompts=[5, 9, 13], keyed=True)),
 ])
 def test_one_pass_admits_notes_and_counts_as_the_python_pass(case: str, kw: dict[str, Any], admitted: list[int],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:

@@ -169,6 +169,55 @@ def test_an_admission_in_one_compiled_call_leaves_what_pops_and_marks_leave(monk
     assert states[0][7][1][1] == 7, "the late prompt's 7 full blocks are marked"
 
 
+def test_a_new_table_in_one_compiled_call_is_what_allocate_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``allocate`` of a request with no table yet (``_table_loops.fresh``) against the Python
+    path: a refusal for want of one block and one for the reserve (noted in the margin, nothing
+    else changed), then a first chunk that fills one block."""
+    states = []
+    for which in ("compiled", "python"):
+        kv, reqs, hog = hogged(monkeypatch, which, True, "_take")
+        assert (kv.fresh_args is not None) == (which == "compiled")
+        for r in (reqs[5], reqs[2], hog):
+            kv.free(r)
+        free, before = kv.num_free_blocks, kv.evictions
+        big, tight = req(40, 4 * free + 1), req(41, 4 * (free - 2))
+        got = (kv.allocate(big, big.num_tokens), kv.allocate(tight, tight.num_tokens, reserve=3),
+               kv.allocate(tight, 5, reserve=2))
+        m = kv.headroom
+        assert m is not None
+        states.append((got, big.kv, list(tight.kv.blocks), tight.kv.num_registered, *pool_state(kv),
+                       kv.evictions - before, (m.fail_max, m.pass_min)))
+        kv.check([*reqs[:2], *reqs[3:5], tight])
+    assert states[0] == states[1]
+    assert states[0][:2] == ((False, False, True), None) and states[0][3] == 1
+    assert states[0][-1][0] == -1, "the reserve's refusal noted"
+
+
+def test_a_new_table_the_compiled_call_does_not_take_is_left_to_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fresh`` hands back (None, nothing changed) a request with content or a table, a pool
+    with a second block under a key, one whose operations are logged, and a replaced map; and
+    ``allocate`` does not call it once ``lazy_unique`` is off (KV events: every key in the map)."""
+    monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops("compiled"))
+    kv = PagedAllocator(32, 4)
+    args = kv.fresh_args
+    assert args is not None
+    before = pool_state(kv)
+    has_table = req(1, 9)
+    assert args[0](req(0, 9, ids=tuple(range(9))), 9, 0, args) is None
+    kv.allocate(has_table, 1)
+    state = pool_state(kv)
+    assert args[0](has_table, 8, 0, args) is None and pool_state(kv) == state
+    for attr, value in (("dups", {7: [3]}), ("observed", True), ("cache", {})):
+        old = getattr(kv.pool, attr)
+        setattr(kv.pool, attr, value)
+        assert args[0](req(2, 9), 9, 0, args) is None, attr
+        setattr(kv.pool, attr, old)
+    assert pool_state(kv) == state != before
+    kv.lazy_unique = False  # as sim/cluster/events.py sets it
+    r = req(3, 9)
+    assert kv.allocate(r, 9) and len(kv.pool.cache) == 2, "the Python path: both full blocks keyed in the map"
+
+
 def test_a_map_that_logs_what_enters_and_leaves_sees_the_same_with_either_loop(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A preempted request's publish and its probe on a map that logs (KV events): the
@@ -215,4 +264,7 @@ def test_an_allocator_with_compiled_loops_copies_and_pickles(monkeypatch: pytest
     kv, _ = allocator_with_decoders("compiled", True)
     for other in (copy.deepcopy(kv), pickle.loads(pickle.dumps(kv))):
         assert None not in (other._append_each, other._register_decoded, other._mark_blocks, other._cross, other._take)
+        fresh = other.fresh_args
+        assert fresh is not None and fresh[0] is kv.fresh_args[0]  # type: ignore[index]
+        assert fresh[6] is other.pool.free_queue._next and fresh[11] is other.pool.cache, "its own pool's lists"
         assert other.pool.free_queue.to_list() == kv.pool.free_queue.to_list()

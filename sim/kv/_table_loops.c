@@ -40,6 +40,19 @@
  *       then mark_blocks(block_hash, blocks, j0, full, unpub). Returns the evictions; the caller
  *       takes n off the queue's size, counts them and sets the table's num_registered.
  *
+ *   fresh(req, n, reserve, args) -> True | False | None
+ *       PagedAllocator.allocate(req, n, (), reserve=reserve) for a request that holds no table
+ *       yet and has no content, as allocate's take path makes it (the caller checked the
+ *       allocator's lazy_unique). None where that path does not apply (req.kv or req.content not
+ *       None, computed + n < 1, pool.dups or pool.observed, pool.cache not the map in args):
+ *       nothing changed, the caller takes the Python path. Else can_allocate's test,
+ *       free - cdiv(computed + n, B) - reserve >= 0, noted in the margin (False: failed, nothing
+ *       else changed); then req.kv = BlockTable(), take's pops and marks for those blocks up to
+ *       full = min(computed + n, num_tokens) // B, the queue's size, the pool's evictions and the
+ *       table's num_registered (full, when > 0). args: PagedAllocator.fresh_args, (fresh,
+ *       Margin, margin, BlockTable, pool, free_queue, nxt, prv, head, ref, block_hash, cache,
+ *       unpub, B): fresh itself first, for a compiled caller to call it from them.
+ *
  *   lookup_unique(cache, u0, n) -> list
  *       cache[u0 - j] for j = 0, 1, ... while the key is in the map, at most n: a request
  *       without content probing its own blocks from before a preemption (get_computed_blocks).
@@ -58,7 +71,7 @@
 #include <Python.h>
 
 #include "_free_front.h"  /* get_index, set_item, pop_n */
-#include "../_slot_attr.h"  /* slot_get, slot_set: the requests' and tables' slots */
+#include "../_margin_note.h"  /* margin_note; slot_get, slot_set: the requests' and tables' slots */
 
 static PyObject *s_kv, *s_blocks, *s_num_registered, *s_num_computed, *s_content;
 static SlotCache c_kv, c_blocks, c_reg_get, c_reg_set, c_computed, c_content;  /* one per call site */
@@ -311,6 +324,115 @@ static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromSsize_t(evicted);
 }
 
+static PyObject *s_num_tokens, *s_size, *s_evictions, *s_dups, *s_observed, *s_cache;
+static SlotCache c_fresh_kv, c_fresh_content, c_fresh_nct, c_fresh_ntok, c_fresh_reg, c_fresh_blocks, c_size_get,
+    c_size_set, c_ev_get, c_ev_set;
+
+/* o.name += d for an int attribute (an exact int: else the generic add) */
+static int add_to(PyObject *o, PyObject *name, Py_ssize_t d, SlotCache *cg, SlotCache *cs) {
+    PyObject *v = slot_get(o, name, cg);
+    if (v == NULL) return -1;
+    PyObject *dv = PyLong_FromSsize_t(d), *nv = dv == NULL ? NULL : PyNumber_Add(v, dv);
+    Py_DECREF(v);
+    Py_XDECREF(dv);
+    if (nv == NULL) return -1;
+    int rc = slot_set(o, name, nv, cs);
+    Py_DECREF(nv);
+    return rc;
+}
+
+static int truthy_attr(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+static PyObject *fresh(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *a;
+    if (nargs != 4 || !PyTuple_Check(a = args[3]) || PyTuple_GET_SIZE(a) != 14 || !pool_args(&PyTuple_GET_ITEM(a, 6))) {
+        PyErr_SetString(PyExc_TypeError, "fresh(req, n, reserve, (fresh, Margin, margin, BlockTable, pool, free_queue, "
+                        "nxt: list, prv: list, head, ref: list, block_hash: list, cache: dict, unpub, B))");
+        return NULL;
+    }
+    PyObject *req = args[0], *pool = PyTuple_GET_ITEM(a, 4), *fq = PyTuple_GET_ITEM(a, 5);
+    PyObject *const *pa = &PyTuple_GET_ITEM(a, 6);  /* nxt, prv, head, ref, block_hash, cache, unpub */
+    long long n = PyLong_AsLongLong(args[1]), reserve = PyLong_AsLongLong(args[2]);
+    long long B = PyLong_AsLongLong(PyTuple_GET_ITEM(a, 13)), nct, ntok, free_blocks;
+    if (((n == -1 || reserve == -1 || B == -1) && PyErr_Occurred())) return NULL;
+    if (B <= 0) {
+        PyErr_SetString(PyExc_ValueError, "fresh: block size must be positive");
+        return NULL;
+    }
+    PyObject *v = slot_get(req, s_kv, &c_fresh_kv);
+    if (v == NULL) return NULL;
+    Py_DECREF(v);
+    if (v != Py_None) Py_RETURN_NONE;
+    if ((v = slot_get(req, s_content, &c_fresh_content)) == NULL) return NULL;
+    Py_DECREF(v);
+    if (v != Py_None) Py_RETURN_NONE;
+    if ((v = slot_get(req, s_num_computed, &c_fresh_nct)) == NULL) return NULL;
+    nct = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (nct == -1 && PyErr_Occurred()) return NULL;
+    if (nct + n < 1) Py_RETURN_NONE;
+    int dups = truthy_attr(pool, s_dups), observed = dups ? 0 : truthy_attr(pool, s_observed);
+    if (dups < 0 || observed < 0) return NULL;
+    if (dups || observed) Py_RETURN_NONE;
+    if ((v = PyObject_GetAttr(pool, s_cache)) == NULL) return NULL;
+    Py_DECREF(v);
+    if (v != pa[5]) Py_RETURN_NONE;  /* the map was replaced (KV events log it): Python's path */
+    if ((v = slot_get(fq, s_size, &c_size_get)) == NULL) return NULL;
+    free_blocks = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (free_blocks == -1 && PyErr_Occurred()) return NULL;
+    long long need = (nct + n + B - 1) / B;
+    int ok = margin_note(PyTuple_GET_ITEM(a, 2), PyTuple_GET_ITEM(a, 1), free_blocks - need - reserve);
+    if (ok < 0) return NULL;
+    if (!ok) Py_RETURN_FALSE;
+    if ((v = slot_get(req, s_num_tokens, &c_fresh_ntok)) == NULL) return NULL;
+    ntok = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (ntok == -1 && PyErr_Occurred()) return NULL;
+    long long upto = nct + n < ntok ? nct + n : ntok, full = upto >= 0 ? upto / B : 0;
+    PyObject *table = PyObject_CallNoArgs(PyTuple_GET_ITEM(a, 3));
+    if (table == NULL) return NULL;
+    PyObject *blocks = NULL, *new = NULL;
+    Py_ssize_t evicted = 0;
+    if (slot_set(req, s_kv, table, &c_fresh_kv) < 0 || (blocks = slot_get(table, s_blocks, &c_fresh_blocks)) == NULL)
+        goto fail;
+    if (!PyList_Check(blocks)) {
+        PyErr_SetString(PyExc_TypeError, "a block table's blocks must be a list");
+        goto fail;
+    }
+    new = pop_n(pa[0], pa[1], pa[2], pa[3], pa[4], pa[5], (Py_ssize_t)need, pa[6], &evicted);
+    if (new == NULL) goto fail;
+    Py_ssize_t len = PyList_GET_SIZE(blocks);
+    if (PyList_SetSlice(blocks, len, len, new) < 0 || mark_range(pa[4], blocks, 0, (Py_ssize_t)full, pa[6]) < 0)
+        goto fail;
+    if (add_to(pool, s_evictions, evicted, &c_ev_get, &c_ev_set) < 0
+            || add_to(fq, s_size, -(Py_ssize_t)need, &c_size_get, &c_size_set) < 0)
+        goto fail;
+    if (full > 0) {
+        PyObject *f = PyLong_FromLongLong(full);
+        if (f == NULL || slot_set(table, s_num_registered, f, &c_fresh_reg) < 0) {
+            Py_XDECREF(f);
+            goto fail;
+        }
+        Py_DECREF(f);
+    }
+    Py_DECREF(new);
+    Py_DECREF(blocks);
+    Py_DECREF(table);
+    Py_RETURN_TRUE;
+fail:
+    Py_XDECREF(new);
+    Py_XDECREF(blocks);
+    Py_DECREF(table);
+    return NULL;
+}
+
 static PyObject *lookup_unique(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyDict_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "lookup_unique(cache: dict, u0, n)");
@@ -414,6 +536,8 @@ static PyMethodDef methods[] = {
      "Mark the unhashed blocks of blocks[j0:full] (see the module source)."},
     {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,
      "A new prompt's blocks from the free queue's front, then marked (see the module source)."},
+    {"fresh", (PyCFunction)(void (*)(void))fresh, METH_FASTCALL,
+     "PagedAllocator.allocate for a new table without content (see the module source)."},
     {"lookup_unique", (PyCFunction)(void (*)(void))lookup_unique, METH_FASTCALL,
      "A request's own blocks in the map under u0, u0 - 1, ... (see the module source)."},
     {"publish", (PyCFunction)(void (*)(void))publish, METH_FASTCALL,
@@ -430,6 +554,13 @@ PyMODINIT_FUNC PyInit__table_loops(void) {
     s_num_registered = PyUnicode_InternFromString("num_registered");
     s_num_computed = PyUnicode_InternFromString("num_computed_tokens");
     s_content = PyUnicode_InternFromString("content");
-    if (!s_kv || !s_blocks || !s_num_registered || !s_num_computed || !s_content) return NULL;
+    s_num_tokens = PyUnicode_InternFromString("num_tokens");
+    s_size = PyUnicode_InternFromString("size");
+    s_evictions = PyUnicode_InternFromString("evictions");
+    s_dups = PyUnicode_InternFromString("dups");
+    s_observed = PyUnicode_InternFromString("observed");
+    s_cache = PyUnicode_InternFromString("cache");
+    if (!s_kv || !s_blocks || !s_num_registered || !s_num_computed || !s_content || !s_num_tokens || !s_size
+            || !s_evictions || !s_dups || !s_observed || !s_cache || margin_note_init() < 0) return NULL;
     return PyModule_Create(&module);
 }

@@ -168,7 +168,8 @@ class KvAllocator(Protocol):
     a request without prompt content, :meth:`blocks_needed` is ``cdiv(num_tokens, block_size)``
     less the blocks its table holds, the free blocks are ``pool.free_queue.size`` and each test
     is noted in :attr:`headroom` -- and call :meth:`allocate` and :meth:`get_computed_blocks`
-    for the rest.
+    for the rest (or, for a request with no table yet, the compiled call ``allocate`` itself
+    makes, where the pool offers one: ``fresh_args``, see :class:`~sim.kv.paged.PagedAllocator`).
     """
 
     num_blocks: int        # blocks in the pool, incl. unusable ones (the null block)

@@ -68,11 +68,24 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         self._bind_table_loops()  # the per-request loops, compiled (sim/kv/_table_loops.c), or None
         if self.pool._pop_front is None or self.pool.stack:
             self._cross = self._take = None  # their pops are get_new_blocks' compiled ones, or not made so
+        self.fresh_args = self._fresh_args()
 
     def connect(self, connector: KvConnector) -> None:
         self.lazy_unique = False  # the connector keys what it stores by the map's keys
-        self._cross = self._take = None  # and hears of each registration (KvCacheManager.connect): none bypassed
+        self._cross = self._take = self.fresh_args = None  # and hears of each registration (KvCacheManager.connect): none bypassed
         super().connect(connector)
+
+    def _fresh_args(self) -> tuple[object, ...] | None:
+        """:meth:`allocate`'s take path for a request with no table yet, as the arguments of one
+        compiled call (``_table_loops.fresh``, their first: the margin's note, the new table,
+        take's pops and marks, the counters), or None where that path is not this allocator's.
+        Taken while ``lazy_unique`` holds (KV events turn it off, and replace the map: the call
+        then hands back)."""
+        if self._fresh is None or self._take is None or not (self.lazy_unique and self.enable_caching):
+            return None
+        pool, fq = self.pool, self.pool.free_queue
+        return (self._fresh, Margin, self._margin, BlockTable, pool, fq, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash,
+                pool.cache, UNPUBLISHED, self.block_size)
 
     def group_tables(self, req: Request) -> list[BlockTable]:
         return [table_of(req)]
@@ -121,6 +134,10 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         changes nothing when the blocks are not there. ``cache=False``: publish nothing yet (an
         asynchronous load: its blocks are registered when it arrives).
         """
+        if req.kv is None and not hits and cache and self.lazy_unique and (args := self.fresh_args) is not None:
+            done = args[0](req, num_new_tokens, reserve, args)  # type: ignore[operator]  # a new table: the
+            if done is not None:  # (None: it does not apply, nothing changed)              # take path below,
+                return done  # type: ignore[no-any-return]                                   # compiled
         need = self.can_allocate(req, num_new_tokens, hits, reserve=reserve)
         if need < 0:
             return False

@@ -46,6 +46,7 @@ class PrefixRegistration:
         self._register_decoded: Callable[..., None] | None = getattr(TABLE_LOOPS, "register_decoded", None)
         self._cross: Callable[..., int] | None = getattr(TABLE_LOOPS, "cross", None)
         self._take: Callable[..., int] | None = getattr(TABLE_LOOPS, "take", None)
+        self._fresh: Callable[..., bool | None] | None = getattr(TABLE_LOOPS, "fresh", None)
         self._mark_blocks: Callable[..., None] | None = getattr(TABLE_LOOPS, "mark_blocks", None)
         self._lookup_unique: Callable[..., list[int]] | None = getattr(TABLE_LOOPS, "lookup_unique", None)
         self._publish_marked: Callable[..., None] | None = getattr(TABLE_LOOPS, "publish", None)

@@ -21,7 +21,8 @@
  *     (Admission.hopeless: its blocks for num_tokens plus the watermark, noted in kv.headroom),
  *     the probe (get_computed_blocks where it holds a table: its own blocks from before a
  *     preemption), the long-prefill cap, the budget, the allocation (kv.allocate as
- *     admit_hopeful makes it; Admission.admit where it has hits), then popleft, the prefix
+ *     admit_hopeful makes it, or for a request with no table yet the compiled call allocate
+ *     would make, from kv.fresh_args; Admission.admit where it has hits), then popleft, the prefix
  *     counters (count_hit), status, computed tokens, first scheduled, seq, running and the plan.
  *     The allocator's calls are its Python methods: what they do is theirs.
  *
@@ -30,21 +31,21 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "../_slot_attr.h"
+#include "../_margin_note.h"  /* margin_note; slot_get, slot_set */
 
 static PyObject *FCFS, *ADMISSION, *MARGIN, *RUNNING, *PREEMPTED, *REMOTE;
 
 /* interned names */
 static PyObject *s_kv, *s_running, *s_waiting, *s_admission, *s_stats, *s_max_num_seqs, *s_seq_margin,
-    *s_threshold, *s_chunked_prefill, *s_plain_hooks, *s_plain_admission, *s_num_waiting, *s__seq, *s_connector, *s_pool,
+    *s_threshold, *s_chunked_prefill, *s_fresh_args, *s_lazy_unique, *s_plain_hooks, *s_plain_admission, *s_num_waiting, *s__seq, *s_connector, *s_pool,
     *s_free_queue, *s_size, *s_headroom, *s_block_size, *s_enable_caching, *s_reserve_full_isl,
     *s_watermark_blocks, *s_status, *s_content, *s_num_computed_tokens, *s_num_tokens, *s_blocks,
     *s_get_computed_blocks, *s_allocate, *s_admit, *s_popleft, *s_preempted_queries, *s_preempted_hits,
     *s_queries, *s_hits, *s_prefix_hit_tokens, *s_first_scheduled_s, *s_first_scheduled_step, *s_seq,
-    *s_scheduled, *s_pass_min, *s_fail_max, *k_reserve, *ONE;
+    *s_scheduled, *k_reserve, *ONE;
 
 /* one cache per request, table, queue and margin slot read or written */
-static SlotCache c_status, c_content, c_nct, c_ntok, c_kv, c_blocks, c_size, c_pmin, c_fmax, c_sq, c_sh,
+static SlotCache c_status, c_content, c_nct, c_ntok, c_kv, c_blocks, c_size, c_sq, c_sh,
     c_sq2, c_sh2, c_phit, c_fss, c_fstep, c_fstep_r, c_seq, c_status_w, c_nct_w;
 
 static int get_ll(PyObject *o, PyObject *name, SlotCache *c, long long *out) {
@@ -71,23 +72,7 @@ static int add_ll(PyObject *o, PyObject *name, SlotCache *c, long long x) {
 }
 
 /* Margin.note(slack) (None: slack >= 0): 1 passed, 0 failed, -1 error */
-static int note(PyObject *m, long long slack) {
-    if (m == Py_None) return slack >= 0;
-    if ((PyObject *)Py_TYPE(m) != MARGIN) {
-        PyObject *r = PyObject_CallMethod(m, "note", "L", slack);
-        if (r == NULL) return -1;
-        int ok = PyObject_IsTrue(r);
-        Py_DECREF(r);
-        return ok;
-    }
-    PyObject *name = slack >= 0 ? s_pass_min : s_fail_max;
-    SlotCache *c = slack >= 0 ? &c_pmin : &c_fmax;
-    long long v;
-    if (get_ll(m, name, c, &v) < 0) return -1;
-    if (slack >= 0 ? slack < v : slack > v)
-        if (set_ll(m, name, c, slack) < 0) return -1;
-    return slack >= 0;
-}
+static int note(PyObject *m, long long slack) { return margin_note(m, MARGIN, slack); }
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *o[6];
@@ -99,14 +84,14 @@ static PyObject *setup(PyObject *self, PyObject *args) {
 
 /* the pass's objects, read once a call */
 typedef struct {
-    PyObject *kv, *running, *waiting, *adm, *stats, *seqs, *fq, *headroom, *empty;
+    PyObject *kv, *running, *waiting, *adm, *stats, *seqs, *fq, *headroom, *empty, *fresh_args;
     long long cap, thr, B, wm;
     int chunked, caching;
 } Pass;
 
 static void pass_clear(Pass *p) {
     Py_CLEAR(p->kv); Py_CLEAR(p->running); Py_CLEAR(p->waiting); Py_CLEAR(p->adm); Py_CLEAR(p->stats);
-    Py_CLEAR(p->seqs); Py_CLEAR(p->fq); Py_CLEAR(p->headroom);
+    Py_CLEAR(p->seqs); Py_CLEAR(p->fq); Py_CLEAR(p->headroom); Py_CLEAR(p->fresh_args);
 }
 
 #define GET(dst, o, name) if ((dst = PyObject_GetAttr(o, name)) == NULL) return -1
@@ -147,6 +132,19 @@ static int pass_open(Pass *p, PyObject *sched) {
     Py_DECREF(pool);
     if (p->fq == NULL) return -1;
     GET(p->headroom, p->kv, s_headroom);
+    /* optional: allocate's take path for a new table, compiled (PagedAllocator.fresh_args), taken
+     * while the pool's lazy_unique holds, as allocate checks; else allocate itself is called */
+    if ((p->fresh_args = PyObject_GetAttr(p->kv, s_fresh_args)) == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+        p->fresh_args = Py_NewRef(Py_None);
+    }
+    if (p->fresh_args != Py_None) {
+        int lazy;
+        TRUTH(lazy, p->kv, s_lazy_unique);
+        if (!lazy || !PyTuple_Check(p->fresh_args) || PyTuple_GET_SIZE(p->fresh_args) < 1)
+            Py_SETREF(p->fresh_args, Py_NewRef(Py_None));
+    }
     if (get_ll(sched, s_max_num_seqs, NULL, &p->cap) < 0 || get_ll(sched, s_threshold, NULL, &p->thr) < 0
             || get_ll(p->kv, s_block_size, NULL, &p->B) < 0 || get_ll(p->adm, s_watermark_blocks, NULL, &p->wm) < 0)
         return -1;
@@ -191,6 +189,7 @@ static int candidate(Pass *p, PyObject *sched, PyObject *plan, PyObject *r, long
     PyObject *hits;
     if (table == Py_None || !p->caching) hits = Py_NewRef(p->empty);
     else hits = PyObject_CallMethodOneArg(p->kv, s_get_computed_blocks, r);
+    int fresh = table == Py_None;  /* no table yet */
     Py_DECREF(table);
     if (hits == NULL) return -1;
     Py_ssize_t nhit = PyObject_Size(hits);
@@ -205,7 +204,15 @@ static int candidate(Pass *p, PyObject *sched, PyObject *plan, PyObject *r, long
     if (n > *budget) n = *budget;
     PyObject *on = PyLong_FromLongLong(n), *res;
     if (on == NULL) { Py_DECREF(hits); return -1; }
-    if (nhit == 0) {  /* admit_hopeful: the reserve was the no-hope check's comparison */
+    if (nhit == 0 && fresh && p->fresh_args != Py_None) {  /* kv.allocate's own first test, made here */
+        PyObject *o_wm = PyLong_FromLongLong(wm);
+        if (o_wm == NULL) { Py_DECREF(hits); Py_DECREF(on); return -1; }
+        PyObject *a[5] = {NULL, r, on, o_wm, p->fresh_args};
+        res = PyObject_Vectorcall(PyTuple_GET_ITEM(p->fresh_args, 0), a + 1, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(o_wm);
+        if (res == Py_None) { Py_DECREF(res); goto generic; }  /* it does not apply: nothing changed */
+    } else if (nhit == 0) {  /* admit_hopeful: the reserve was the no-hope check's comparison */
+      generic:;
         PyObject *o_wm = PyLong_FromLongLong(wm);
         if (o_wm == NULL) { Py_DECREF(hits); Py_DECREF(on); return -1; }
         PyObject *a[6] = {NULL, p->kv, r, on, hits, o_wm};  /* a[0]: room for the callee (the offset flag) */
@@ -300,7 +307,7 @@ PyMODINIT_FUNC PyInit__admit(void) {
     INTERN(s_kv, "kv"); INTERN(s_running, "running"); INTERN(s_waiting, "waiting");
     INTERN(s_admission, "admission"); INTERN(s_stats, "stats"); INTERN(s_max_num_seqs, "max_num_seqs");
     INTERN(s_seq_margin, "seq_margin"); INTERN(s_threshold, "threshold"); INTERN(s_chunked_prefill, "chunked_prefill");
-    INTERN(s_plain_hooks, "plain_hooks"); INTERN(s_plain_admission, "plain_admission"); INTERN(s_num_waiting, "num_waiting"); INTERN(s__seq, "_seq");
+    INTERN(s_plain_hooks, "plain_hooks"); INTERN(s_fresh_args, "fresh_args"); INTERN(s_lazy_unique, "lazy_unique"); INTERN(s_plain_admission, "plain_admission"); INTERN(s_num_waiting, "num_waiting"); INTERN(s__seq, "_seq");
     INTERN(s_connector, "connector"); INTERN(s_pool, "pool"); INTERN(s_free_queue, "free_queue");
     INTERN(s_size, "size"); INTERN(s_headroom, "headroom"); INTERN(s_block_size, "block_size");
     INTERN(s_enable_caching, "enable_caching"); INTERN(s_reserve_full_isl, "reserve_full_isl");
@@ -311,7 +318,6 @@ PyMODINIT_FUNC PyInit__admit(void) {
     INTERN(s_preempted_hits, "preempted_hits"); INTERN(s_queries, "queries"); INTERN(s_hits, "hits");
     INTERN(s_prefix_hit_tokens, "prefix_hit_tokens"); INTERN(s_first_scheduled_s, "first_scheduled_s");
     INTERN(s_first_scheduled_step, "first_scheduled_step"); INTERN(s_seq, "seq"); INTERN(s_scheduled, "scheduled");
-    INTERN(s_pass_min, "pass_min"); INTERN(s_fail_max, "fail_max");
-    if ((k_reserve = Py_BuildValue("(s)", "reserve")) == NULL || (ONE = PyLong_FromLong(1)) == NULL) return NULL;
+    if (margin_note_init() < 0 || (k_reserve = Py_BuildValue("(s)", "reserve")) == NULL || (ONE = PyLong_FromLong(1)) == NULL) return NULL;
     return PyModule_Create(&module);
 }
