@@ -86,7 +86,7 @@ static PyObject *setup(PyObject *self, PyObject *args) {
 typedef struct {
     PyObject *kv, *running, *waiting, *adm, *stats, *seqs, *fq, *headroom, *empty, *fresh_args;
     long long cap, thr, B, wm;
-    int chunked, caching;
+    int chunked, caching, more;  /* more: the rest read (pass_more), once a candidate may be admitted */
 } Pass;
 
 static void pass_clear(Pass *p) {
@@ -98,13 +98,16 @@ static void pass_clear(Pass *p) {
 #define TRUTH(dst, o, name) do { PyObject *t_ = PyObject_GetAttr(o, name); if (t_ == NULL) return -1; \
         dst = PyObject_IsTrue(t_); Py_DECREF(t_); if (dst < 0) return -1; } while (0)
 
-/* 1: the pass is plain (p filled), 0: not (the Python pass runs it), -1: error */
+/* 1: the pass is plain (p filled but for pass_more's), 0: not (the Python pass runs it), 3: no
+ * request waits (the pass does nothing, whatever it is), -1: error */
 static int pass_open(Pass *p, PyObject *sched) {
     int plain;
+    GET(p->waiting, sched, s_waiting);
+    Py_ssize_t len = PyObject_Size(p->waiting);
+    if (len <= 0) return len < 0 ? -1 : 3;
     TRUTH(plain, sched, s_plain_hooks);
     if (!plain) return 0;
     GET(p->kv, sched, s_kv);
-    GET(p->waiting, sched, s_waiting);
     GET(p->adm, sched, s_admission);
     if ((PyObject *)Py_TYPE(p->waiting) != FCFS || (PyObject *)Py_TYPE(p->adm) != ADMISSION) return 0;
     PyObject *said = PyObject_GetAttr(p->kv, s_plain_admission);  /* optional: absent is False */
@@ -124,7 +127,6 @@ static int pass_open(Pass *p, PyObject *sched) {
     if (!plain) return 0;
     GET(p->running, sched, s_running);
     if (!PyList_CheckExact(p->running)) return 0;
-    GET(p->stats, sched, s_stats);
     GET(p->seqs, sched, s_seq_margin);
     PyObject *pool;
     GET(pool, p->kv, s_pool);
@@ -132,6 +134,18 @@ static int pass_open(Pass *p, PyObject *sched) {
     Py_DECREF(pool);
     if (p->fq == NULL) return -1;
     GET(p->headroom, p->kv, s_headroom);
+    if (get_ll(sched, s_max_num_seqs, NULL, &p->cap) < 0 || get_ll(p->kv, s_block_size, NULL, &p->B) < 0
+            || get_ll(p->adm, s_watermark_blocks, NULL, &p->wm) < 0)
+        return -1;
+    p->cap -= 1;
+    return p->B > 0;
+}
+
+/* What only an admission reads (not the heads refused by the seq cap or the no-hope check, about
+ * half the passes of a busy replica): 0, or -1 on error */
+static int pass_more(Pass *p, PyObject *sched) {
+    p->more = 1;
+    GET(p->stats, sched, s_stats);
     /* optional: allocate's take path for a new table, compiled (PagedAllocator.fresh_args), taken
      * while the pool's lazy_unique holds, as allocate checks; else allocate itself is called */
     if ((p->fresh_args = PyObject_GetAttr(p->kv, s_fresh_args)) == NULL) {
@@ -145,14 +159,10 @@ static int pass_open(Pass *p, PyObject *sched) {
         if (!lazy || !PyTuple_Check(p->fresh_args) || PyTuple_GET_SIZE(p->fresh_args) < 1)
             Py_SETREF(p->fresh_args, Py_NewRef(Py_None));
     }
-    if (get_ll(sched, s_max_num_seqs, NULL, &p->cap) < 0 || get_ll(sched, s_threshold, NULL, &p->thr) < 0
-            || get_ll(p->kv, s_block_size, NULL, &p->B) < 0 || get_ll(p->adm, s_watermark_blocks, NULL, &p->wm) < 0)
-        return -1;
-    p->cap -= 1;
-    if (p->B <= 0) return 0;
+    if (get_ll(sched, s_threshold, NULL, &p->thr) < 0) return -1;
     TRUTH(p->chunked, sched, s_chunked_prefill);
     TRUTH(p->caching, p->kv, s_enable_caching);
-    return 1;
+    return 0;
 }
 
 /* One candidate, the queue's head r. 1: admitted, 0: the pass ends, 2: hand back, -1: error */
@@ -186,6 +196,7 @@ static int candidate(Pass *p, PyObject *sched, PyObject *plan, PyObject *r, long
     if (get_ll(p->fq, s_size, &c_size, &free_blocks) < 0) { Py_DECREF(table); return -1; }
     ok = note(p->headroom, free_blocks - (need + wm));
     if (ok <= 0) { Py_DECREF(table); return ok; }  /* hopeless: decided without the probe */
+    if (!p->more && pass_more(p, sched) < 0) { Py_DECREF(table); return -1; }
     PyObject *hits;
     if (table == Py_None || !p->caching) hits = Py_NewRef(p->empty);
     else hits = PyObject_CallMethodOneArg(p->kv, s_get_computed_blocks, r);
@@ -274,7 +285,7 @@ static PyObject *admit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     if (budget == -1 && PyErr_Occurred()) return NULL;
     Pass p = {0};
     p.empty = PyTuple_New(0);  /* the empty tuple, a singleton */
-    int rc = pass_open(&p, sched);  /* 0: not plain, the whole pass is Python's */
+    int rc = budget > 0 ? pass_open(&p, sched) : 3;  /* 0: not plain, the whole pass is Python's */
     int back = rc == 0;
     while (rc == 1 && budget > 0) {
         Py_ssize_t len = PyObject_Size(p.waiting);

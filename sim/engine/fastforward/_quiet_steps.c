@@ -1,5 +1,6 @@
 /* A fast-forward window's quiet steps, one after another in C: an optional accelerator for
- * window.py (bound in quiet_steps.py, which says when it applies).
+ * window.py (bound in quiet_steps.py, which says when it applies); and a window step's landing
+ * (land, bound in steps.py: see its comment below).
  *
  * steps(fixed, s, t, pages, c0_sum, decoders, dt, p_dt, p_start, busy, step, due, na, na_gate,
  *       run_gap, run_last, room, nrun, qnw, head, held, budget, terms, first)
@@ -345,7 +346,123 @@ error:
     return NULL;
 }
 
+/* land(k, lag, plan, batch, dt, start, done, computed, nw) -> None: steps.land, compiled, for a
+ * kernel whose pool's breakdown is linear (k.lin not None; the caller checks). The requests in
+ * done: under async (lag) the token is seen (pending_output 0) and a block it filled registered
+ * (kv.register_full_blocks, where k.caching), then k.finish(done, start + dt); then the step's
+ * record appended (k.log.append: its fields as steps.land makes them, start and dt as given)
+ * and k.busy_s, k.step, k.ff_steps advanced. */
+static PyObject *s_kv, *s_block_size, *s_caching, *s_pending_output, *s_num_computed, *s_register_full_blocks,
+    *s_finish, *s_sched, *s_running, *s_lin, *s_decode_blocks, *s_pool, *s_free_queue, *s_log, *s_append,
+    *s_step, *s_busy_s, *s_ff_steps, *s_num_preempted, *s_swap_out, *s_swap_in, *ZERO;
+static SlotCache c_k_kv, c_k_caching, c_pend, c_nct, c_k_sched, c_k_lin, c_k_db, c_k_log, c_log_append, c_k_step,
+    c_k_step_set, c_k_busy, c_k_busy_set, c_k_ff, c_k_ff_set, c_pl_pre, c_pl_so, c_pl_si, c_fq_size, c_shared2;
+
+static PyObject *land(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9 || !PyList_Check(args[6]) || !PyTuple_Check(args[3]) || PyTuple_GET_SIZE(args[3]) < 5) {
+        PyErr_SetString(PyExc_TypeError, "land(k, lag, plan, batch: StepBatch, dt, start, done: list, computed, nw)");
+        return NULL;
+    }
+    PyObject *k = args[0], *plan = args[2], *batch = args[3], *dt = args[4], *start = args[5], *done = args[6];
+    PyObject *o;
+    long long v, step, ff;
+    if (PyList_GET_SIZE(done)) {
+        int lag = PyObject_IsTrue(args[1]);
+        if (lag < 0) return NULL;
+        if (lag) {
+            PyObject *kv = slot_get(k, s_kv, &c_k_kv);
+            if (kv == NULL) return NULL;
+            long long B;
+            int caching = attr_true(k, s_caching, &c_k_caching);
+            PyObject *bs = caching < 0 ? NULL : PyObject_GetAttr(kv, s_block_size);
+            int bad = bs == NULL || get_ll(bs, &B) < 0;
+            Py_XDECREF(bs);
+            if (bad) { Py_DECREF(kv); return NULL; }
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(done); i++) {
+                PyObject *r = PyList_GET_ITEM(done, i);
+                if (slot_set(r, s_pending_output, ZERO, &c_pend) < 0 || attr_ll(r, s_num_computed, &v, &c_nct) < 0) {
+                    Py_DECREF(kv);
+                    return NULL;
+                }
+                if (caching && B > 0 && v % B == 0) {
+                    PyObject *nct = PyLong_FromLongLong(v);
+                    PyObject *res = nct == NULL ? NULL : PyObject_CallMethodObjArgs(kv, s_register_full_blocks, r, nct, NULL);
+                    Py_XDECREF(nct);
+                    if (res == NULL) { Py_DECREF(kv); return NULL; }
+                    Py_DECREF(res);
+                }
+            }
+            Py_DECREF(kv);
+        }
+        PyObject *end = PyNumber_Add(start, dt);
+        if (end == NULL) return NULL;
+        PyObject *res = PyObject_CallMethodObjArgs(k, s_finish, done, end, NULL);
+        Py_DECREF(end);
+        if (res == NULL) return NULL;
+        Py_DECREF(res);
+    }
+    long long nrun, free_blocks, shared, B, usable, computed, nw, pt, ds, pre, so, si;
+    PyObject *sched = slot_get(k, s_sched, &c_k_sched), *running = NULL, *lin = NULL, *db = NULL, *pool = NULL,
+        *fq = NULL, *ext = NULL;
+    if (sched == NULL) return NULL;
+    running = PyObject_GetAttr(sched, s_running);
+    Py_DECREF(sched);
+    if (running == NULL || (nrun = PyObject_Size(running)) < 0) goto fail;
+    if ((lin = slot_get(k, s_lin, &c_k_lin)) == NULL || (db = slot_get(k, s_decode_blocks, &c_k_db)) == NULL) goto fail;
+    if (!PyTuple_Check(lin) || PyTuple_GET_SIZE(lin) != 3) {
+        PyErr_SetString(PyExc_TypeError, "land: k.lin must be a LinearBreakdown");
+        goto fail;
+    }
+    if ((pool = PyObject_GetAttr(db, s_pool)) == NULL || (fq = PyObject_GetAttr(pool, s_free_queue)) == NULL) goto fail;
+    if (attr_ll(fq, s_size, &free_blocks, &c_fq_size) < 0 || attr_ll(pool, s_shared_excess, &shared, &c_shared2) < 0
+            || get_ll(PyTuple_GET_ITEM(lin, 0), &B) < 0 || get_ll(PyTuple_GET_ITEM(lin, 1), &usable) < 0
+            || get_ll(args[7], &computed) < 0 || get_ll(args[8], &nw) < 0
+            || get_ll(PyTuple_GET_ITEM(batch, 0), &pt) < 0 || get_ll(PyTuple_GET_ITEM(batch, 4), &ds) < 0
+            || attr_ll(plan, s_num_preempted, &pre, &c_pl_pre) < 0 || attr_ll(plan, s_swap_out, &so, &c_pl_so) < 0
+            || attr_ll(plan, s_swap_in, &si, &c_pl_si) < 0 || attr_ll(k, s_step, &step, &c_k_step) < 0)
+        goto fail;
+    ext = Py_NewRef(PyTuple_GET_ITEM(lin, 2));
+    long long used = usable - free_blocks, internal = (used + shared) * B - computed;
+    long long f[17] = {step, 0, 0, nrun, nw, pt, ds, pre, free_blocks, used * B - internal, 0, internal, 0,
+                       free_blocks * B, shared, so, si};
+    PyObject *row = PyTuple_New(17);
+    if (row == NULL) goto fail;
+    for (int i = 0; i < 17; i++) {
+        if (i == 1 || i == 2 || i == 12) {
+            o = Py_NewRef(i == 1 ? start : i == 2 ? dt : ext);
+        } else if ((o = PyLong_FromLongLong(f[i])) == NULL) {
+            Py_DECREF(row);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(row, i, o);
+    }
+    PyObject_GC_UnTrack(row);  /* numbers only (as append_row's) */
+    PyObject *log = slot_get(k, s_log, &c_k_log), *append = log == NULL ? NULL : slot_get(log, s_append, &c_log_append);
+    Py_XDECREF(log);
+    if (append == NULL) { Py_DECREF(row); goto fail; }
+    PyObject *a[1] = {row};
+    int rc = call_none(append, a, 1, NULL);
+    Py_DECREF(append);
+    Py_DECREF(row);
+    if (rc < 0) goto fail;
+    PyObject *busy = slot_get(k, s_busy_s, &c_k_busy), *nb = busy == NULL ? NULL : PyNumber_Add(busy, dt);
+    Py_XDECREF(busy);
+    if (nb == NULL) goto fail;
+    rc = slot_set(k, s_busy_s, nb, &c_k_busy_set);
+    Py_DECREF(nb);
+    if (rc < 0 || set_ll(k, s_step, step + 1, &c_k_step_set) < 0 || attr_ll(k, s_ff_steps, &ff, &c_k_ff) < 0
+            || set_ll(k, s_ff_steps, ff + 1, &c_k_ff_set) < 0)
+        goto fail;
+    Py_DECREF(running); Py_DECREF(lin); Py_DECREF(db); Py_DECREF(pool); Py_DECREF(fq); Py_DECREF(ext);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(running); Py_XDECREF(lin); Py_XDECREF(db); Py_XDECREF(pool); Py_XDECREF(fq); Py_XDECREF(ext);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"land", (PyCFunction)(void (*)(void))land, METH_FASTCALL,
+     "A window step lands: its finished requests freed, its record (see the module source)."},
     {"steps", (PyCFunction)(void (*)(void))steps, METH_FASTCALL,
      "A window's quiet steps, one after another (see the module source)."},
     {"boundary", (PyCFunction)(void (*)(void))boundary, METH_FASTCALL,
@@ -363,7 +480,22 @@ PyMODINIT_FUNC PyInit__quiet_steps(void) {
         !(s_dups = PyUnicode_InternFromString("dups")) ||
         !(s_observed = PyUnicode_InternFromString("observed")) ||
         !(s_pass_min = PyUnicode_InternFromString("pass_min")) ||
-        !(s_peek = PyUnicode_InternFromString("peek")))
+        !(s_peek = PyUnicode_InternFromString("peek")) ||
+        !(s_kv = PyUnicode_InternFromString("kv")) || !(s_block_size = PyUnicode_InternFromString("block_size")) ||
+        !(s_caching = PyUnicode_InternFromString("caching")) ||
+        !(s_pending_output = PyUnicode_InternFromString("pending_output")) ||
+        !(s_num_computed = PyUnicode_InternFromString("num_computed_tokens")) ||
+        !(s_register_full_blocks = PyUnicode_InternFromString("register_full_blocks")) ||
+        !(s_finish = PyUnicode_InternFromString("finish")) || !(s_sched = PyUnicode_InternFromString("sched")) ||
+        !(s_running = PyUnicode_InternFromString("running")) || !(s_lin = PyUnicode_InternFromString("lin")) ||
+        !(s_decode_blocks = PyUnicode_InternFromString("decode_blocks")) ||
+        !(s_pool = PyUnicode_InternFromString("pool")) || !(s_free_queue = PyUnicode_InternFromString("free_queue")) ||
+        !(s_log = PyUnicode_InternFromString("log")) || !(s_append = PyUnicode_InternFromString("append")) ||
+        !(s_step = PyUnicode_InternFromString("step")) || !(s_busy_s = PyUnicode_InternFromString("busy_s")) ||
+        !(s_ff_steps = PyUnicode_InternFromString("ff_steps")) ||
+        !(s_num_preempted = PyUnicode_InternFromString("num_preempted")) ||
+        !(s_swap_out = PyUnicode_InternFromString("swap_out_blocks")) ||
+        !(s_swap_in = PyUnicode_InternFromString("swap_in_blocks")) || !(ZERO = PyLong_FromLong(0)))
         return NULL;
     return PyModule_Create(&module);
 }

@@ -8,6 +8,7 @@ from collections.abc import Callable, Generator
 from functools import partial
 from typing import Any
 
+from sim.compiled import compiled
 from sim.cost import StepBatch
 from sim.engine.step import InFlight, StepKernel
 from sim.request import Request
@@ -52,3 +53,13 @@ def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
     k.step += 1
     k.ff_steps += 1
 
+
+
+#: :func:`land`, compiled (``_quiet_steps.land``), for a kernel whose breakdown is linear; None where
+#: the extension was not built (tests set it to None to compare both)
+COMPILED_LAND: Callable[..., None] | None = getattr(compiled("sim.engine.fastforward._quiet_steps"), "land", None)
+
+
+def lander(k: StepKernel) -> Callable[..., None]:
+    """The :func:`land` a window of ``k`` calls: the compiled one where it applies."""
+    return COMPILED_LAND if COMPILED_LAND is not None and k.lin is not None else land

@@ -42,7 +42,7 @@ from sim.engine.fastforward.pause import Pausing, pause
 from sim.engine.fastforward.preempt import preempt_pass, supported, victims
 from sim.engine.fastforward.quiet_steps import bind
 from sim.engine.fastforward.runs import QuietRuns
-from sim.engine.fastforward.steps import NO_PLAN, NONE, NextArrival, Pull, Window, land, new_batch
+from sim.engine.fastforward.steps import NO_PLAN, NONE, NextArrival, Pull, Window, lander, new_batch
 from sim.engine.step import InFlight, StepKernel
 from sim.request import Request
 from sim.sched.plan import StepPlan
@@ -100,7 +100,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     preempts = supported(k, lin is not None)  # a step that preempts stays in the window (preempt.py)
     buckets: list[list[Request]] = [[] for _ in range(B)]
     c0_sum, decoders, pages = index(running, part, fin, ends, buckets, paged)
-    step_cost, bb, breakdown, log_row = k.cost.step_time, k.block_bytes, kv.breakdown, k.log.append
+    step_cost, bb, breakdown, log_row, land = k.cost.step_time, k.block_bytes, kv.breakdown, k.log.append, lander(k)
     quiet, due = next_due is not None, next_due() if next_due is not None else 0.0  # (the own inbox's)
     held: int | None = None  # truthy: no admission can run until a pull or a non-quiet step (2: nor a run)
     head: Request | None = None
