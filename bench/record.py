@@ -31,6 +31,7 @@ PREFIX = "RECORD "
 def compiled_switches() -> list[tuple[str, Any, str]]:
     """Each optional compiled loop as ``(name, module, attribute)``: the module attribute that
     holds it (None where it was not built or ``KVSIM_PURE_PYTHON`` is set)."""
+    from sim.engine import step
     from sim.engine.fastforward import quiet_steps, run_layout, steps
     from sim.io import records, results, step_fold
     from sim.kv import block_pool, paged_prefix
@@ -38,7 +39,7 @@ def compiled_switches() -> list[tuple[str, Any, str]]:
 
     return [("pool", block_pool, "LOOPS"), ("tables", paged_prefix, "TABLE_LOOPS"), ("records", records, "FILL"), ("columns", results, "GATHER"),
             ("step_fold", step_fold, "COMPILED"), ("run_layout", run_layout, "COMPILED"),
-            ("quiet_steps", quiet_steps, "COMPILED"), ("land", steps, "COMPILED_LAND"),
+            ("quiet_steps", quiet_steps, "COMPILED"), ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH"),
             ("admit", waiting_pass, "PLAIN")]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sim.compiled import compiled
 from sim.cost import StepBatch, StepCostModel
 from sim.cost.bulk import DecodeTime, DecodeTimeArray, decode_step_time, decode_step_times
 from sim.io.records import StepLog
@@ -36,6 +37,10 @@ class InFlight:
     dt: float
     start: float
     done: list[Request] | None         # requests whose last token it samples (None: sampled at land)
+
+#: :meth:`StepKernel.batch`'s loop, compiled (``_quiet_steps.batch``); None where not built (tests
+#: set it to None to compare both)
+BATCH: Callable[..., StepBatch] | None = getattr(compiled("sim.engine.fastforward._quiet_steps"), "batch", None)
 
 
 @dataclass(slots=True, eq=False)
@@ -86,6 +91,8 @@ class StepKernel:
 
     def batch(self, plan: StepPlan) -> StepBatch:
         """Describe the step for the cost model (prefill vs decode work, pages touched)."""
+        if BATCH is not None:  # the loop below, compiled
+            return BATCH(plan, self.page_size, self.block_bytes, StepBatch)  # type: ignore[no-any-return]
         B = self.page_size
         pf_tok = pf_seqs = pf_ctx = dec = dec_ctx = pages = 0
         pairs = 0.0

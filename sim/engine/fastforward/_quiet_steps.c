@@ -460,7 +460,114 @@ fail:
     return NULL;
 }
 
+/* batch(plan, B, block_bytes, StepBatch) -> StepBatch: StepKernel.batch, compiled. For each
+ * (r, n) of plan.scheduled, in order, but a free rider (r.uid in plan.free_riders): a decode
+ * (n == 1, r.num_output, c == r.num_tokens - 1, c = r.num_computed_tokens) or a prefill chunk
+ * (its tokens, its context c + n, its pairs n * (2c + n + 1) / 2 added to a float in order:
+ * Python's true division of two ints, the correctly rounded quotient: (double)prod / 2 is that
+ * double for any prod, halving being exact; past long long, Python's own ints), and
+ * cdiv(c + n, B) pages where B. */
+static PyObject *s_scheduled, *s_free_riders, *s_uid, *s_num_output, *s_num_tokens;
+static SlotCache c_b_sched, c_b_riders, c_b_so, c_b_si, c_b_uid, c_b_nct, c_b_nout, c_b_ntok;
+
+static double py_pairs(long long n, long long c) {  /* n * (2 * c + n + 1) / 2 on Python's ints */
+    PyObject *pn = PyLong_FromLongLong(n), *pc = PyLong_FromLongLong(c), *two = PyLong_FromLong(2), *one = PyLong_FromLong(1);
+    PyObject *a = NULL, *b = NULL, *m = NULL, *prod = NULL, *q = NULL;
+    double x = -1.0;
+    if (pn && pc && two && one && (a = PyNumber_Multiply(two, pc)) && (b = PyNumber_Add(a, pn))
+            && (m = PyNumber_Add(b, one)) && (prod = PyNumber_Multiply(pn, m)) && (q = PyNumber_TrueDivide(prod, two)))
+        x = PyFloat_AsDouble(q);
+    Py_XDECREF(pn); Py_XDECREF(pc); Py_XDECREF(two); Py_XDECREF(one); Py_XDECREF(a); Py_XDECREF(b);
+    Py_XDECREF(m); Py_XDECREF(prod); Py_XDECREF(q);
+    return x;
+}
+
+static PyObject *batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long B, bb;
+    if (nargs != 4 || !PyType_Check(args[3]) || !PyType_IsSubtype((PyTypeObject *)args[3], &PyTuple_Type)
+            || get_ll(args[1], &B) < 0 || get_ll(args[2], &bb) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "batch(plan, block_size, block_bytes, StepBatch: a tuple type)");
+        return NULL;
+    }
+    PyObject *plan = args[0];
+    PyObject *sch = slot_get(plan, s_scheduled, &c_b_sched), *riders = NULL;
+    if (sch == NULL) return NULL;
+    if (!PyList_Check(sch)) {
+        Py_DECREF(sch);
+        PyErr_SetString(PyExc_TypeError, "batch: plan.scheduled must be a list");
+        return NULL;
+    }
+    if ((riders = slot_get(plan, s_free_riders, &c_b_riders)) == NULL) { Py_DECREF(sch); return NULL; }
+    int any_riders = PyObject_IsTrue(riders);
+    long long pf_tok = 0, pf_seqs = 0, pf_ctx = 0, dec = 0, dec_ctx = 0, pages = 0, so, si;
+    double pairs = 0.0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sch); i++) {
+        PyObject *item = PyList_GET_ITEM(sch, i);
+        if (any_riders < 0 || !PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "batch: plan.scheduled holds (request, tokens)");
+            goto fail;
+        }
+        PyObject *r = PyTuple_GET_ITEM(item, 0);
+        long long n, c, nout, ntok;
+        if (get_ll(PyTuple_GET_ITEM(item, 1), &n) < 0) goto fail;
+        if (any_riders) {
+            PyObject *uid = slot_get(r, s_uid, &c_b_uid);
+            int in = uid == NULL ? -1 : PySequence_Contains(riders, uid);
+            Py_XDECREF(uid);
+            if (in < 0) goto fail;
+            if (in) continue;  /* a forked group member: the leader's prefill computed its KV */
+        }
+        if (attr_ll(r, s_num_computed, &c, &c_b_nct) < 0) goto fail;
+        long long ctx = c + n;
+        int decode = 0;
+        if (n == 1) {
+            if (attr_ll(r, s_num_output, &nout, &c_b_nout) < 0) goto fail;
+            if (nout) {
+                if (attr_ll(r, s_num_tokens, &ntok, &c_b_ntok) < 0) goto fail;
+                decode = c == ntok - 1;
+            }
+        }
+        if (decode) {
+            dec += 1;
+            dec_ctx += ctx;
+        } else {
+            pf_tok += n;
+            pf_seqs += 1;
+            pf_ctx += ctx;
+            long long prod, m;
+            if (!__builtin_add_overflow(2 * c, n + 1, &m) && !__builtin_mul_overflow(n, m, &prod)) {
+                pairs += (double)prod / 2.0;
+            } else {  /* past long long: Python's ints */
+                double x = py_pairs(n, c);
+                if (x == -1.0 && PyErr_Occurred()) goto fail;
+                pairs += x;
+            }
+        }
+        if (B) pages += ctx >= 0 ? (ctx + B - 1) / B : -((-ctx) / B);
+    }
+    if (attr_ll(plan, s_swap_out, &so, &c_b_so) < 0 || attr_ll(plan, s_swap_in, &si, &c_b_si) < 0) goto fail;
+    Py_DECREF(sch);
+    Py_DECREF(riders);
+    PyTypeObject *tp = (PyTypeObject *)args[3];
+    PyObject *out = tp->tp_alloc(tp, 11);
+    if (out == NULL) return NULL;
+    long long f[11] = {pf_tok, pf_seqs, 0, pf_ctx, dec, dec_ctx, pages, B, so, si, bb};
+    for (int i = 0; i < 11; i++) {
+        PyObject *o = i == 2 ? PyFloat_FromDouble(pairs) : PyLong_FromLongLong(f[i]);
+        if (o == NULL) { Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(out, i, o);
+    }
+    return out;
+fail:
+    Py_DECREF(sch);
+    Py_DECREF(riders);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"batch", (PyCFunction)(void (*)(void))batch, METH_FASTCALL,
+     "A step's StepBatch from its plan (see the module source)."},
     {"land", (PyCFunction)(void (*)(void))land, METH_FASTCALL,
      "A window step lands: its finished requests freed, its record (see the module source)."},
     {"steps", (PyCFunction)(void (*)(void))steps, METH_FASTCALL,
@@ -495,7 +602,11 @@ PyMODINIT_FUNC PyInit__quiet_steps(void) {
         !(s_ff_steps = PyUnicode_InternFromString("ff_steps")) ||
         !(s_num_preempted = PyUnicode_InternFromString("num_preempted")) ||
         !(s_swap_out = PyUnicode_InternFromString("swap_out_blocks")) ||
-        !(s_swap_in = PyUnicode_InternFromString("swap_in_blocks")) || !(ZERO = PyLong_FromLong(0)))
+        !(s_swap_in = PyUnicode_InternFromString("swap_in_blocks")) || !(ZERO = PyLong_FromLong(0)) ||
+        !(s_scheduled = PyUnicode_InternFromString("scheduled")) ||
+        !(s_free_riders = PyUnicode_InternFromString("free_riders")) || !(s_uid = PyUnicode_InternFromString("uid")) ||
+        !(s_num_output = PyUnicode_InternFromString("num_output")) ||
+        !(s_num_tokens = PyUnicode_InternFromString("num_tokens")))
         return NULL;
     return PyModule_Create(&module);
 }
