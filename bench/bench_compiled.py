@@ -39,13 +39,13 @@ TRACE_IN_DATA = ("traces", "azure_llm_2023", "AzureLLMInferenceTrace_conv.csv")
 CONFIG: dict[str, Any] = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
                               block_size=16, max_model_len=4096)
 SWITCHES = compiled_switches()
-ON = [getattr(mod, attr) for _, mod, attr in SWITCHES]  # as imported
+ON = [vars(owner)[attr] for _, owner, attr, _ in SWITCHES]  # as imported (a staticmethod as such)
 
 
 def use_compiled(on: bool) -> None:
     """Every compiled loop on (as imported) or off (the pure-Python references)."""
-    for (_, mod, attr), loop in zip(SWITCHES, ON, strict=True):
-        setattr(mod, attr, loop if on else None)
+    for (_, owner, attr, off), loop in zip(SWITCHES, ON, strict=True):
+        setattr(owner, attr, loop if on else off)
 
 
 def one(what: str, trace: Any) -> tuple[float, int]:

@@ -28,24 +28,36 @@ from typing import Any
 PREFIX = "RECORD "
 
 
-def compiled_switches() -> list[tuple[str, Any, str]]:
-    """Each optional compiled loop as ``(name, module, attribute)``: the module attribute that
-    holds it (None where it was not built or ``KVSIM_PURE_PYTHON`` is set)."""
+def compiled_switches() -> list[tuple[str, Any, str, Any]]:
+    """Each optional compiled loop as ``(name, owner, attribute, off)``: the attribute of a module
+    (or class) that holds it, and what it holds where it was not built or ``KVSIM_PURE_PYTHON``
+    is set (None, or the Python reference itself)."""
     from sim.engine import step
-    from sim.engine.fastforward import quiet_steps, run_layout, steps
+    from sim.engine.fastforward import decoders, quiet_steps, run_layout, steps
     from sim.io import records, results, step_fold
     from sim.kv import block_pool, paged_prefix
     from sim.sched import waiting_pass
 
-    return [("pool", block_pool, "LOOPS"), ("tables", paged_prefix, "TABLE_LOOPS"), ("records", records, "FILL"), ("columns", results, "GATHER"),
-            ("step_fold", step_fold, "COMPILED"), ("run_layout", run_layout, "COMPILED"),
-            ("quiet_steps", quiet_steps, "COMPILED"), ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH"),
-            ("admit", waiting_pass, "PLAIN")]
+    plain = [("pool", block_pool, "LOOPS"), ("tables", paged_prefix, "TABLE_LOOPS"), ("records", records, "FILL"),
+             ("columns", results, "GATHER"), ("step_fold", step_fold, "COMPILED"), ("run_layout", run_layout, "COMPILED"),
+             ("quiet_steps", quiet_steps, "COMPILED"), ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH"),
+             ("admit", waiting_pass, "PLAIN")]
+    return [*((n, m, a, None) for n, m, a in plain), ("leave", decoders, "leave_all", decoders._leave_all),
+            ("computed", step.StepKernel, "computed_of", staticmethod(step.computed_of))]
 
 
 def compiled_loops() -> list[str]:
     """The optional compiled loops this process runs: the same results, another speed."""
-    return [name for name, mod, attr in compiled_switches() if getattr(mod, attr) is not None]
+    return [name for name, owner, attr, off in compiled_switches() if not _is(vars(owner)[attr], off)]
+
+
+def _is(held: Any, off: Any) -> bool:
+    """``held`` is the reference ``off`` (a staticmethod compared by the function it wraps)."""
+    return _unwrap(held) is _unwrap(off)
+
+
+def _unwrap(x: Any) -> Any:
+    return x.__func__ if isinstance(x, staticmethod) else x
 
 
 def machine() -> dict[str, Any]:

@@ -87,3 +87,14 @@ def test_a_replica_is_the_same_with_and_without_the_compiled_batch(cfg: dict[str
     trace = load_trace(BUNDLED)
     trace = type(trace)(df=trace.df.iloc[:150].reset_index(drop=True), path=trace.path, format=trace.format)
     same_either_way(monkeypatch, (step, "BATCH"), loops, trace, **cfg)
+
+
+def test_the_computed_tokens_of_a_plan_sum_alike() -> None:
+    """``StepKernel.computed_of``: compiled where built, else :func:`step.computed_of`."""
+    require_built(step.BATCH, "sim/engine/fastforward/_quiet_steps.c")
+    plan = a_plan()
+    assert step.StepKernel.computed_of is not step.computed_of
+    assert step.StepKernel.computed_of(plan.scheduled) == step.computed_of(plan.scheduled) == 32 + 64
+    assert step.StepKernel.computed_of([]) == 0
+    with pytest.raises(TypeError):
+        step.StepKernel.computed_of([(req(0, 5),)])  # type: ignore[list-item]

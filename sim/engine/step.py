@@ -43,6 +43,11 @@ class InFlight:
 BATCH: Callable[..., StepBatch] | None = getattr(compiled("sim.engine.fastforward._quiet_steps"), "batch", None)
 
 
+def computed_of(scheduled: list[tuple[Request, int]]) -> int:
+    """The computed tokens of a plan's scheduled requests, summed."""
+    return sum(r.num_computed_tokens for r, _ in scheduled)
+
+
 @dataclass(slots=True, eq=False)
 class StepKernel:
     sched: Scheduler
@@ -66,6 +71,9 @@ class StepKernel:
     lin: LinearBreakdown | None = None  # the pool's breakdown constants, when it is linear (DecodeBlocks)
     _decode: dict[int, DecodeTime] = field(default_factory=dict)  # decoders -> decode_time(...)
     _decode_arr: dict[int, DecodeTimeArray | None] = field(default_factory=dict)
+
+    #: :func:`computed_of`, compiled where built (``_quiet_steps.computed``: no generator a call)
+    computed_of = staticmethod(getattr(compiled("sim.engine.fastforward._quiet_steps"), "computed", computed_of))
 
     def __post_init__(self) -> None:
         """The allocator's answers the engine needs on every step or window, asked once."""

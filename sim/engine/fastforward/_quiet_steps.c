@@ -565,7 +565,99 @@ fail:
     return NULL;
 }
 
+/* computed(scheduled) -> int: sum(r.num_computed_tokens for r, _ in scheduled), steps.computed_of */
+static SlotCache c_sum_nct;
+
+static PyObject *computed(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "computed(scheduled: list of (request, tokens))");
+        return NULL;
+    }
+    long long total = 0, v;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(args[0]); i++) {
+        PyObject *item = PyList_GET_ITEM(args[0], i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "computed: scheduled holds (request, tokens)");
+            return NULL;
+        }
+        if (attr_ll(PyTuple_GET_ITEM(item, 0), s_num_computed, &v, &c_sum_nct) < 0) return NULL;
+        total += v;
+    }
+    return PyLong_FromLongLong(total);
+}
+
+/* leave_all(done, buckets, s1, paged) -> (computed, pages): decoders.leave_all, compiled. For each
+ * request of done, in order: its computed tokens (at c0) counted, out of its block bucket
+ * (buckets[(1 - c0) % len(buckets)], where paged: list.remove's first identical one) with its
+ * pages (len(r.kv.blocks)) counted, then its counts moved by s1 to the real ones. */
+static SlotCache c_la_nct, c_la_nct_set, c_la_nout, c_la_nout_set, c_la_ntok, c_la_ntok_set, c_la_kv, c_la_blocks;
+static PyObject *s_blocks;
+
+static int shift_by(PyObject *r, PyObject *name, long long s1, SlotCache *g, SlotCache *st) {
+    long long v;
+    return attr_ll(r, name, &v, g) < 0 ? -1 : set_ll(r, name, v + s1, st);
+}
+
+static PyObject *leave_all(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long s1;
+    int paged;
+    if (nargs != 4 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || get_ll(args[2], &s1) < 0
+            || (paged = PyObject_IsTrue(args[3])) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "leave_all(done: list, buckets: list, s1, paged)");
+        return NULL;
+    }
+    PyObject *done = args[0], *buckets = args[1];
+    Py_ssize_t nb = PyList_GET_SIZE(buckets);
+    if (paged && nb == 0) {
+        PyErr_SetString(PyExc_ZeroDivisionError, "leave_all: no buckets");
+        return NULL;
+    }
+    long long computed = 0, pages = 0, c;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(done); i++) {
+        PyObject *r = PyList_GET_ITEM(done, i);
+        if (attr_ll(r, s_num_computed, &c, &c_la_nct) < 0) return NULL;
+        computed += c;
+        if (paged) {
+            long long j = (1 - c) % nb;
+            PyObject *bucket = PyList_GET_ITEM(buckets, j < 0 ? j + nb : j);
+            if (!PyList_Check(bucket)) {
+                PyErr_SetString(PyExc_TypeError, "leave_all: a bucket must be a list");
+                return NULL;
+            }
+            Py_ssize_t k = 0, n = PyList_GET_SIZE(bucket);
+            for (; k < n; k++) {
+                PyObject *x = PyList_GET_ITEM(bucket, k);
+                if (x == r) break;
+                int eq = PyObject_RichCompareBool(x, r, Py_EQ);  /* list.remove's test (identity, for a Request) */
+                if (eq < 0) return NULL;
+                if (eq) break;
+            }
+            if (k == n) {
+                PyErr_SetString(PyExc_ValueError, "list.remove(x): x not in list");
+                return NULL;
+            }
+            if (PyList_SetSlice(bucket, k, k + 1, NULL) < 0) return NULL;
+            PyObject *t = slot_get(r, s_kv, &c_la_kv), *b = t == NULL ? NULL : slot_get(t, s_blocks, &c_la_blocks);
+            Py_XDECREF(t);
+            if (b == NULL) return NULL;
+            Py_ssize_t held = PyObject_Size(b);
+            Py_DECREF(b);
+            if (held < 0) return NULL;
+            pages += held;
+        }
+        if (shift_by(r, s_num_computed, s1, &c_la_nct, &c_la_nct_set) < 0
+                || shift_by(r, s_num_output, s1, &c_la_nout, &c_la_nout_set) < 0
+                || shift_by(r, s_num_tokens, s1, &c_la_ntok, &c_la_ntok_set) < 0)
+            return NULL;
+    }
+    return Py_BuildValue("(LL)", computed, pages);
+}
+
 static PyMethodDef methods[] = {
+    {"leave_all", (PyCFunction)(void (*)(void))leave_all, METH_FASTCALL,
+     "Finished decoders out of the window's indexes, their counts made real (see the module source)."},
+    {"computed", (PyCFunction)(void (*)(void))computed, METH_FASTCALL,
+     "The computed tokens of a plan's scheduled requests, summed (see the module source)."},
     {"batch", (PyCFunction)(void (*)(void))batch, METH_FASTCALL,
      "A step's StepBatch from its plan (see the module source)."},
     {"land", (PyCFunction)(void (*)(void))land, METH_FASTCALL,
@@ -606,7 +698,8 @@ PyMODINIT_FUNC PyInit__quiet_steps(void) {
         !(s_scheduled = PyUnicode_InternFromString("scheduled")) ||
         !(s_free_riders = PyUnicode_InternFromString("free_riders")) || !(s_uid = PyUnicode_InternFromString("uid")) ||
         !(s_num_output = PyUnicode_InternFromString("num_output")) ||
-        !(s_num_tokens = PyUnicode_InternFromString("num_tokens")))
+        !(s_num_tokens = PyUnicode_InternFromString("num_tokens")) ||
+        !(s_blocks = PyUnicode_InternFromString("blocks")))
         return NULL;
     return PyModule_Create(&module);
 }

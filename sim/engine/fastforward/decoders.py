@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from heapq import heappop, heappush
+from operator import attrgetter
 
+from sim.compiled import compiled
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
@@ -66,6 +68,24 @@ def leave(r: Request, buckets: list[list[Request]], paged: bool) -> int:
     return len(r.kv.blocks)
 
 
+def _leave_all(done: list[Request], buckets: list[list[Request]], s1: int, paged: bool) -> tuple[int, int]:
+    """Take finished decoders out (:func:`leave`, in order), each one's counts then moved to the
+    real ones (``+ s1``); returns their computed tokens at ``c0`` and their pages, summed."""
+    computed = pages = 0
+    for r in done:
+        computed += r.num_computed_tokens
+        pages += leave(r, buckets, paged)
+        r.num_computed_tokens += s1
+        r.num_output += s1
+        r.num_tokens += s1
+    return computed, pages
+
+
+#: :func:`_leave_all`, compiled where built (``_quiet_steps.leave_all``); tests set it to compare both
+leave_all: Callable[[list[Request], list[list[Request]], int, bool], tuple[int, int]] = \
+    getattr(compiled("sim.engine.fastforward._quiet_steps"), "leave_all", _leave_all)
+
+
 def shift(reqs: list[Request], s: int) -> None:
     """Move each request's counts by ``s`` steps: ``+s`` from a window's virtual start to the
     real counts, ``-s`` back."""
@@ -75,9 +95,8 @@ def shift(reqs: list[Request], s: int) -> None:
         r.num_tokens += s
 
 
-def by_seq(r: Request) -> int:
-    """Sort key: running order (``Request.seq``), the order ``Scheduler.update`` finishes in."""
-    return r.seq
+#: sort key: running order (``Request.seq``), the order ``Scheduler.update`` finishes in
+by_seq: Callable[[Request], int] = attrgetter("seq")
 
 
 def uids(plan: StepPlan | None) -> set[int]:

@@ -55,11 +55,13 @@ def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
 
 
 
+_C = compiled("sim.engine.fastforward._quiet_steps")
 #: :func:`land`, compiled (``_quiet_steps.land``), for a kernel whose breakdown is linear; None where
 #: the extension was not built (tests set it to None to compare both)
-COMPILED_LAND: Callable[..., None] | None = getattr(compiled("sim.engine.fastforward._quiet_steps"), "land", None)
+COMPILED_LAND: Callable[..., None] | None = getattr(_C, "land", None)
 
 
 def lander(k: StepKernel) -> Callable[..., None]:
     """The :func:`land` a window of ``k`` calls: the compiled one where it applies."""
     return COMPILED_LAND if COMPILED_LAND is not None and k.lin is not None else land
+

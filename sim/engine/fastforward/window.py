@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import math
 
+from sim.engine.fastforward import decoders as dec
 from sim.engine.fastforward.chunked import carried, next_chunk
-from sim.engine.fastforward.decoders import boundary, by_seq, index, join, leave, nearest, uids
+from sim.engine.fastforward.decoders import boundary, by_seq, index, join, nearest, uids
 from sim.engine.fastforward.handover import close, hand_over
 from sim.engine.fastforward.ordering import Order
 from sim.engine.fastforward.pause import Pausing, pause
@@ -236,7 +237,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             na = yield from pause(k, running, s, uids(plan) | {r.uid for r in p_done}, t, na, next_arrival, real_counts)  # type: ignore[arg-type]
             due = next_due() if quiet else due  # type: ignore[misc]
         if landing:  # async: step s lands at t, after step s1 was planned
-            extra = sum(r.num_computed_tokens for r, _ in plan.scheduled) if plan is not None else 0
+            extra = k.computed_of(plan.scheduled) if plan is not None else 0
             land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s + extra, nw)
         # ---- launch step s1 at t: batch, duration, tokens computed and sampled ----
         ctx = c0_sum + decoders * s1
@@ -279,13 +280,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         done = fin.pop(s1, NONE)
         if done:  # sampled their last token: out of the decoders, real counts (in running order)
             done.sort(key=by_seq)
-            for r in done:
-                c0_sum -= r.num_computed_tokens
-                decoders -= 1
-                pages -= leave(r, buckets, paged)
-                r.num_computed_tokens += s1
-                r.num_output += s1
-                r.num_tokens += s1
+            gone_c0, gone_pages = dec.leave_all(done, buckets, s1, paged)  # (their real counts back)
+            c0_sum, decoders, pages = c0_sum - gone_c0, decoders - len(done), pages - gone_pages
         p_plan, p_batch, p_dt, p_start, p_done, t, landing = plan if plan is not None else NO_PLAN, batch, dt, t, done, end, True
         if len(partial) > 1:
             break  # more than one chunked prefill remains: hand over to exact steps
