@@ -186,3 +186,48 @@ def test_an_allocator_that_does_not_say_its_arithmetic_is_plain_gets_the_python_
     kw: dict[str, Any] = dict(blocks=64, seqs=8, budget=100, running=1, prompts=[5, 9], kv_type=Counting)
     assert one_pass("compiled", **kw) == one_pass("python", **kw)
     assert admitted and set(admitted) == {-1}
+
+
+def nothing_case(which: str, *, blocks: int, seqs: int, running: int, head: Any, budget: int = 100,
+                 watermark: int = 0, full_isl: bool = True) -> Any:
+    """``admits_nothing`` with ``running`` requests admitted first: its answer and the margins."""
+    from sim.kv.paged import PagedAllocator
+    from sim.sched.admission import Admission
+    from sim.sched.plan import StepPlan
+    from sim.sched.scheduler import Scheduler
+    from tests.helpers import req
+
+    kv = PagedAllocator(blocks, 4)
+    sched = Scheduler(kv, max_num_seqs=seqs, max_num_batched_tokens=1 << 20,
+                      admission=Admission(reserve_full_isl=full_isl, watermark_blocks=watermark))
+    for i in range(running):
+        sched.add(req(100 + i, 4))
+    waiting_pass.admit(sched, StepPlan(), 1 << 20, 0.0, 0)
+    waiting_pass.NOTHING = waiting_pass._C.nothing if which == "compiled" else None  # type: ignore[union-attr]
+    said = waiting_pass.admits_nothing(sched, head() if head is not None else None, budget)
+    m, s = kv.headroom, sched.seq_margin
+    return said, (m.fail_max, m.pass_min), (s.fail_max, s.pass_min)
+
+
+@pytest.mark.parametrize(("case", "kw", "expect"), [
+    ("no head", dict(blocks=12, seqs=8, running=1, head=None), True),
+    ("no budget", dict(blocks=12, seqs=8, running=1, head=lambda: req_(9), budget=0), True),
+    ("the seq cap", dict(blocks=64, seqs=2, running=2, head=lambda: req_(9)), True),
+    ("fits", dict(blocks=12, seqs=8, running=1, head=lambda: req_(9)), False),
+    ("no blocks", dict(blocks=12, seqs=8, running=1, head=lambda: req_(60)), True),
+    ("the watermark", dict(blocks=12, seqs=8, running=1, head=lambda: req_(33), watermark=3), True),
+    ("prompt content", dict(blocks=12, seqs=8, running=1, head=lambda: req_(60, content=True)), False),
+    ("no full-ISL reserve", dict(blocks=12, seqs=8, running=1, head=lambda: req_(60), full_isl=False), False),
+])
+def test_admits_nothing_answers_and_notes_as_the_python(case: str, kw: dict[str, Any], expect: bool,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    require_built(waiting_pass.PLAIN, "sim/sched/_admit.c")
+    monkeypatch.setattr(waiting_pass, "NOTHING", None)
+    compiled, python = nothing_case("compiled", **kw), nothing_case("python", **kw)
+    assert compiled == python and compiled[0] is expect, case
+
+
+def req_(prompt: int, content: bool = False) -> Any:
+    from tests.helpers import req
+
+    return req(50, prompt, ids=tuple(range(prompt)) if content else None)

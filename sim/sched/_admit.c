@@ -303,7 +303,87 @@ static PyObject *admit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     Py_RETURN_NONE;
 }
 
+/* nothing(sched, head, budget) -> True | False | None: waiting_pass.admits_nothing, compiled for an
+ * exact Admission and an allocator that says its arithmetic is plain (None otherwise: nothing
+ * read changed, the Python answers). True where no request waits (head None) or no budget is
+ * left; else the seq margin's note of max_num_seqs - 1 - len(running) (failed: True); else
+ * Admission.hopeless(kv, head, True): False with prompt content or without the full-ISL
+ * reserve, else not fits(kv, blocks for head.num_tokens + the watermark), noted in kv.headroom. */
+static PyObject *nothing(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "nothing(sched, head, budget)");
+        return NULL;
+    }
+    if (FCFS == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nothing: setup() first");
+        return NULL;
+    }
+    PyObject *sched = args[0], *head = args[1];
+    long long budget = PyLong_AsLongLong(args[2]);
+    if (budget == -1 && PyErr_Occurred()) return NULL;
+    if (head == Py_None || budget <= 0) Py_RETURN_TRUE;
+    PyObject *adm = PyObject_GetAttr(sched, s_admission), *kv = NULL, *x = NULL, *out = NULL;
+    if (adm == NULL) return NULL;
+    if ((PyObject *)Py_TYPE(adm) != ADMISSION || (kv = PyObject_GetAttr(sched, s_kv)) == NULL) {
+        out = kv == NULL && PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((x = PyObject_GetAttr(kv, s_plain_admission)) == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) { PyErr_Clear(); out = Py_NewRef(Py_None); }
+        goto done;
+    }
+    int plain = PyObject_IsTrue(x);
+    Py_CLEAR(x);
+    if (plain <= 0) { out = plain < 0 ? NULL : Py_NewRef(Py_None); goto done; }
+    long long cap, B, wm, ntok, held = 0, free_blocks;
+    PyObject *running = PyObject_GetAttr(sched, s_running);
+    if (running == NULL) goto done;
+    Py_ssize_t nrun = PyObject_Size(running);
+    Py_DECREF(running);
+    if (nrun < 0 || get_ll(sched, s_max_num_seqs, NULL, &cap) < 0 || (x = PyObject_GetAttr(sched, s_seq_margin)) == NULL)
+        goto done;
+    int ok = note(x, cap - 1 - (long long)nrun);
+    Py_CLEAR(x);
+    if (ok < 0) goto done;
+    if (!ok) { out = Py_NewRef(Py_True); goto done; }
+    int full;
+    if ((x = PyObject_GetAttr(adm, s_reserve_full_isl)) == NULL || (full = PyObject_IsTrue(x)) < 0) goto done;
+    Py_CLEAR(x);
+    if ((x = slot_get(head, s_content, &c_content)) == NULL) goto done;
+    int content = x != Py_None;
+    Py_CLEAR(x);
+    if (!full || content) { out = Py_NewRef(Py_False); goto done; }
+    if (get_ll(adm, s_watermark_blocks, NULL, &wm) < 0 || get_ll(kv, s_block_size, NULL, &B) < 0
+            || get_ll(head, s_num_tokens, &c_ntok, &ntok) < 0 || (x = slot_get(head, s_kv, &c_kv)) == NULL)
+        goto done;
+    if (x != Py_None) {
+        PyObject *blocks = slot_get(x, s_blocks, &c_blocks);
+        if (blocks == NULL || (held = PyObject_Size(blocks)) < 0) { Py_XDECREF(blocks); goto done; }
+        Py_DECREF(blocks);
+    }
+    Py_CLEAR(x);
+    if (B <= 0) { out = Py_NewRef(Py_None); goto done; }
+    long long need = (ntok + B - 1) / B - held;
+    if (need < 0) need = 0;
+    PyObject *pool = PyObject_GetAttr(kv, s_pool), *fq = pool == NULL ? NULL : PyObject_GetAttr(pool, s_free_queue);
+    Py_XDECREF(pool);
+    if (fq == NULL) goto done;
+    ok = get_ll(fq, s_size, &c_size, &free_blocks);
+    Py_DECREF(fq);
+    if (ok < 0 || (x = PyObject_GetAttr(kv, s_headroom)) == NULL) goto done;
+    ok = note(x, free_blocks - (need + wm));
+    Py_CLEAR(x);
+    if (ok >= 0) out = Py_NewRef(ok ? Py_False : Py_True);
+done:
+    Py_XDECREF(x);
+    Py_XDECREF(kv);
+    Py_DECREF(adm);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"nothing", (PyCFunction)(void (*)(void))nothing, METH_FASTCALL,
+     "waiting_pass.admits_nothing, its plain case (see the source)."},
     {"setup", setup, METH_VARARGS, "The types and statuses admit uses (see the source)."},
     {"admit", (PyCFunction)(void (*)(void))admit, METH_FASTCALL, "The waiting pass, its plain case (see the source)."},
     {NULL, NULL, 0, NULL},

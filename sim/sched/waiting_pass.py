@@ -30,6 +30,7 @@ _C = compiled("sim.sched._admit")
 if _C is not None:  # the exact types it handles (a subclass may change what it relies on)
     _C.setup(FcfsQueue, Admission, Margin, Status.RUNNING, Status.PREEMPTED, REMOTE)
 PLAIN = _C.admit if _C is not None else None  # (sched, plan, budget, now, step) -> None | budget left
+NOTHING = _C.nothing if _C is not None else None  # admits_nothing's plain case: -> bool | None (not plain)
 
 
 class Scheduler(Protocol):
@@ -135,6 +136,10 @@ def admits_nothing(sched: Scheduler, head: Request | None, budget: int) -> bool:
     the same and the free blocks do not grow: its guards (a waiting head, a running slot, token
     budget) and its head-of-line :meth:`Admission.hopeless` test, which depends only on the head
     and the free blocks (fast-forward's quiet steps then skip the pass)."""
+    if NOTHING is not None:
+        said = NOTHING(sched, head, budget)
+        if said is not None:
+            return said  # type: ignore[no-any-return]
     if head is None or budget <= 0:
         return True
     seqs, slack = sched.seq_margin, sched.max_num_seqs - 1 - len(sched.running)
