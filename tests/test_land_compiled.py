@@ -10,6 +10,7 @@ reason, where the extension was not built.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -78,21 +79,31 @@ def test_the_tight_pool_preempts_and_a_slab_keeps_the_python_landing(landed: lis
 @pytest.mark.parametrize("name", ["async", "sync"])
 def test_the_counters_and_the_requests_state_are_the_pythons(name: str, landed: list[int],
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the frames do not show: the kernel's step counters (the summary's) and each
-    request's state (a finished request's token is seen: pending_output 0)."""
+    """What the frames do not show: the kernel's step counters (the summary's), each request's
+    state (a finished request's token is seen: pending_output 0) and the replica's finished
+    list, in order (what a fleet's replay counts to know it is done)."""
     from sim.config import make_config
     from sim.io.ingest import make_requests
-    from sim.run.simulate import simulate
+    from sim.run import simulate as sim_run
+    from sim.run.simulate import new_replica, simulate
 
     cfg, trace = make_config(**CONFIGS[name]), bundled(200, 4.0)
     seen = []
     for which in ("compiled", "python"):
         monkeypatch.setattr(steps, "COMPILED_LAND", lands(which))
-        reqs = make_requests(trace, cfg)
+        reqs, reps = make_requests(trace, cfg), []
+        monkeypatch.setattr(sim_run, "new_replica", partial(kept, reps, new_replica))
         res = simulate(cfg, trace, requests=reqs)
         seen.append((res.summary.fast_forward_steps, res.summary.num_steps, res.summary.busy_fraction,
-                     [(r.pending_output, r.num_tokens, r.num_computed_tokens, r.seq) for r in reqs]))
-    assert seen[0] == seen[1] and landed
+                     [(r.pending_output, r.num_tokens, r.num_computed_tokens, r.seq) for r in reqs],
+                     [r.uid for r in reps[0].finished]))
+    assert seen[0] == seen[1] and landed and len(seen[0][-1]) > 150
+
+
+def kept(into: list[Any], make: Any, *args: Any, **kw: Any) -> Any:
+    """``make(*args, **kw)``, also appended to ``into``."""
+    into.append(make(*args, **kw))
+    return into[-1]
 
 
 def test_a_landing_refuses_what_it_cannot_read() -> None:

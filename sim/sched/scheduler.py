@@ -40,12 +40,12 @@ class Scheduler:
     chunked_prefill = True
     mixed_steps = True                 # decodes and prompts share a step (paper-v0: prompts only)
     async_scheduling = False           # sim/sched/async_scheduler.py
-    plain_hooks = True                 # run, _may_start, _started are these (set per subclass)
+    plain_hooks = True                 # run, _may_start, _started, finish are these (set per subclass)
 
     def __init_subclass__(cls, **kw: object) -> None:
         """A subclass that overrides a hook of the waiting pass gets the Python pass only."""
         super().__init_subclass__(**kw)
-        cls.plain_hooks = all(getattr(cls, m) is getattr(Scheduler, m) for m in ("run", "_may_start", "_started"))
+        cls.plain_hooks = all(getattr(cls, m) is getattr(Scheduler, m) for m in ("run", "_may_start", "_started", "finish"))
 
     def __init__(
         self,

@@ -46,7 +46,7 @@ class Scheduler(Protocol):
     seq_margin: Margin | None
     threshold: int
     chunked_prefill: bool
-    plain_hooks: bool  # run, _may_start and _started are the base class's (the compiled pass needs it)
+    plain_hooks: bool  # run, _may_start, _started and finish are the base class's (the compiled passes need it)
 
     @property
     def num_waiting(self) -> int: ...

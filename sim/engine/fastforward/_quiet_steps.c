@@ -358,6 +358,109 @@ static PyObject *s_kv, *s_block_size, *s_caching, *s_pending_output, *s_num_comp
 static SlotCache c_k_kv, c_k_caching, c_pend, c_nct, c_k_sched, c_k_lin, c_k_db, c_k_log, c_log_append, c_k_step,
     c_k_step_set, c_k_busy, c_k_busy_set, c_k_ff, c_k_ff_set, c_pl_pre, c_pl_so, c_pl_si, c_fq_size, c_shared2;
 
+/* k.finish(done, end) for its plain case (1; 0: not plain, nothing changed: the caller calls it;
+ * -1: error): Scheduler.finish with every request of done RUNNING, no KV connector, an allocator
+ * that says its arithmetic is plain and a scheduler whose
+ * hooks are the base class's (plain_hooks); then StepKernel.finish's finished.extend(done).
+ * Per request, in order: kv.free(r) (the allocator's own: a subclass's or a spy's too), then
+ * status FINISHED, finish_s = end, finish_step = k.step; then out of running (the one request
+ * by identity, several by status), in place. */
+static PyObject *s_num_output, *s_blocks;  /* batch's and leave_all's, below */
+static PyObject *s_plain_hooks, *s_plain_admission, *s_connector, *s_free, *s_status, *s_finish_s, *s_finish_step,
+    *s_finished, *RUNNING, *FINISHED;
+static SlotCache c_f_status, c_f_status_set, c_f_fs, c_f_fstep, c_f_sched, c_f_kkv, c_f_step, c_f_finished, c_f_status2,
+    c_f_hooks;
+
+static int finish_plain(PyObject *k, PyObject *done, PyObject *end) {
+    if (RUNNING == NULL) {  /* the statuses, once (sim.request is imported by then) */
+        PyObject *mod = PyImport_ImportModule("sim.request"), *st = mod == NULL ? NULL : PyObject_GetAttrString(mod, "Status");
+        Py_XDECREF(mod);
+        if (st == NULL) return -1;
+        RUNNING = PyObject_GetAttrString(st, "RUNNING");
+        FINISHED = PyObject_GetAttrString(st, "FINISHED");
+        Py_DECREF(st);
+        if (RUNNING == NULL || FINISHED == NULL) { Py_CLEAR(RUNNING); Py_CLEAR(FINISHED); return -1; }
+    }
+    int rc = -1, t;
+    PyObject *sched = slot_get(k, s_sched, &c_f_sched), *kv = NULL, *x = NULL, *running = NULL;
+    if (sched == NULL) return -1;
+    if ((t = attr_true(sched, s_plain_hooks, &c_f_hooks)) <= 0) { rc = t; goto out; }
+    if ((kv = slot_get(k, s_kv, &c_f_kkv)) == NULL) goto out;
+    if ((x = PyObject_GetAttr(kv, s_plain_admission)) == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) { PyErr_Clear(); rc = 0; }
+        goto out;
+    }
+    t = PyObject_IsTrue(x);
+    Py_CLEAR(x);
+    if (t <= 0) { rc = t; goto out; }
+    if ((x = PyObject_GetAttr(kv, s_connector)) == NULL) goto out;
+    t = x != Py_None;
+    Py_CLEAR(x);
+    if (t) { rc = 0; goto out; }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(done); i++) {
+        if ((x = slot_get(PyList_GET_ITEM(done, i), s_status, &c_f_status)) == NULL) goto out;
+        t = x != RUNNING;
+        Py_CLEAR(x);
+        if (t) { rc = 0; goto out; }  /* one preempted with its last token in flight: Python's */
+    }
+    long long step;
+    if (attr_ll(k, s_step, &step, &c_f_step) < 0) goto out;
+    PyObject *ostep = PyLong_FromLongLong(step);
+    if (ostep == NULL) goto out;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(done); i++) {
+        PyObject *r = PyList_GET_ITEM(done, i);
+        PyObject *res = PyObject_CallMethodOneArg(kv, s_free, r);  /* its own free: a spy's, a subclass's */
+        if (res == NULL) { Py_DECREF(ostep); goto out; }
+        Py_DECREF(res);
+        if (slot_set(r, s_status, FINISHED, &c_f_status_set) < 0 || slot_set(r, s_finish_s, end, &c_f_fs) < 0
+                || slot_set(r, s_finish_step, ostep, &c_f_fstep) < 0) {
+            Py_DECREF(ostep);
+            goto out;
+        }
+    }
+    Py_DECREF(ostep);
+    if ((running = PyObject_GetAttr(sched, s_running)) == NULL) goto out;
+    if (!PyList_Check(running)) {
+        PyErr_SetString(PyExc_TypeError, "finish: the running list must be a list");
+        goto out;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(running);
+    if (PyList_GET_SIZE(done) == 1) {  /* list.remove: the first one that is it (a Request compares by identity) */
+        PyObject *only = PyList_GET_ITEM(done, 0);
+        for (Py_ssize_t j = 0; j < n; j++)
+            if (PyList_GET_ITEM(running, j) == only) {
+                if (PyList_SetSlice(running, j, j + 1, NULL) < 0) goto out;
+                break;
+            }
+    } else {  /* running[:] = [r for r in running if r.status is not FINISHED] */
+        PyObject *kept = PyList_New(0);
+        if (kept == NULL) goto out;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *r = PyList_GET_ITEM(running, j), *st = slot_get(r, s_status, &c_f_status2);
+            if (st == NULL) { Py_DECREF(kept); goto out; }
+            Py_DECREF(st);
+            if (st != FINISHED && PyList_Append(kept, r) < 0) { Py_DECREF(kept); goto out; }
+        }
+        t = PyList_SetSlice(running, 0, n, kept);
+        Py_DECREF(kept);
+        if (t < 0) goto out;
+    }
+    PyObject *fin = slot_get(k, s_finished, &c_f_finished);
+    if (fin == NULL) goto out;
+    Py_ssize_t have = PyList_Check(fin) ? PyList_GET_SIZE(fin) : -1;
+    t = have < 0 ? -1 : PyList_SetSlice(fin, have, have, done);  /* finished.extend(done) */
+    Py_DECREF(fin);
+    if (t < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "finish: k.finished must be a list");
+        goto out;
+    }
+    rc = 1;
+out:
+    Py_XDECREF(x); Py_XDECREF(kv); Py_XDECREF(running);
+    Py_DECREF(sched);
+    return rc;
+}
+
 static PyObject *land(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 9 || !PyList_Check(args[6]) || !PyTuple_Check(args[3]) || PyTuple_GET_SIZE(args[3]) < 5) {
         PyErr_SetString(PyExc_TypeError, "land(k, lag, plan, batch: StepBatch, dt, start, done: list, computed, nw)");
@@ -396,10 +499,11 @@ static PyObject *land(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         }
         PyObject *end = PyNumber_Add(start, dt);
         if (end == NULL) return NULL;
-        PyObject *res = PyObject_CallMethodObjArgs(k, s_finish, done, end, NULL);
+        int plain = finish_plain(k, done, end);
+        PyObject *res = plain != 0 ? NULL : PyObject_CallMethodObjArgs(k, s_finish, done, end, NULL);
         Py_DECREF(end);
-        if (res == NULL) return NULL;
-        Py_DECREF(res);
+        if (plain < 0 || (plain == 0 && res == NULL)) return NULL;
+        Py_XDECREF(res);
     }
     long long nrun, free_blocks, shared, B, usable, computed, nw, pt, ds, pre, so, si;
     PyObject *sched = slot_get(k, s_sched, &c_k_sched), *running = NULL, *lin = NULL, *db = NULL, *pool = NULL,
@@ -467,7 +571,7 @@ fail:
  * Python's true division of two ints, the correctly rounded quotient: (double)prod / 2 is that
  * double for any prod, halving being exact; past long long, Python's own ints), and
  * cdiv(c + n, B) pages where B. */
-static PyObject *s_scheduled, *s_free_riders, *s_uid, *s_num_output, *s_num_tokens;
+static PyObject *s_scheduled, *s_free_riders, *s_uid, *s_num_tokens;
 static SlotCache c_b_sched, c_b_riders, c_b_so, c_b_si, c_b_uid, c_b_nct, c_b_nout, c_b_ntok;
 
 static double py_pairs(long long n, long long c) {  /* n * (2 * c + n + 1) / 2 on Python's ints */
@@ -591,7 +695,6 @@ static PyObject *computed(PyObject *self, PyObject *const *args, Py_ssize_t narg
  * (buckets[(1 - c0) % len(buckets)], where paged: list.remove's first identical one) with its
  * pages (len(r.kv.blocks)) counted, then its counts moved by s1 to the real ones. */
 static SlotCache c_la_nct, c_la_nct_set, c_la_nout, c_la_nout_set, c_la_ntok, c_la_ntok_set, c_la_kv, c_la_blocks;
-static PyObject *s_blocks;
 
 static int shift_by(PyObject *r, PyObject *name, long long s1, SlotCache *g, SlotCache *st) {
     long long v;
@@ -699,7 +802,14 @@ PyMODINIT_FUNC PyInit__quiet_steps(void) {
         !(s_free_riders = PyUnicode_InternFromString("free_riders")) || !(s_uid = PyUnicode_InternFromString("uid")) ||
         !(s_num_output = PyUnicode_InternFromString("num_output")) ||
         !(s_num_tokens = PyUnicode_InternFromString("num_tokens")) ||
-        !(s_blocks = PyUnicode_InternFromString("blocks")))
+        !(s_blocks = PyUnicode_InternFromString("blocks")) ||
+        !(s_plain_hooks = PyUnicode_InternFromString("plain_hooks")) ||
+        !(s_plain_admission = PyUnicode_InternFromString("plain_admission")) ||
+        !(s_connector = PyUnicode_InternFromString("connector")) ||
+        !(s_free = PyUnicode_InternFromString("free")) || !(s_status = PyUnicode_InternFromString("status")) ||
+        !(s_finish_s = PyUnicode_InternFromString("finish_s")) ||
+        !(s_finish_step = PyUnicode_InternFromString("finish_step")) ||
+        !(s_finished = PyUnicode_InternFromString("finished")))
         return NULL;
     return PyModule_Create(&module);
 }
