@@ -3,6 +3,7 @@
 - :func:`req`                           a bare :class:`Request` (prompt, output, content ids)
 - :func:`assert_fast_forward_identical` the bulk path vs ``--exact-steps``, frame by frame
 - :func:`mooncake_slice`                the bundled Mooncake slice (prefix hashes), trimmed
+- :func:`conv_slice`                    the bundled Azure conv slice's first requests, arrivals sped up
 - :func:`optional_data`                 a large optional file under ``KVSIM_DATA``, or a skip
 - :func:`bench_module`                  a script of ``bench/``, imported as a module
 - :func:`pool_loops`                    the block pool's per-block loops: pure Python or compiled
@@ -148,6 +149,16 @@ def mooncake_slice(n: int = 80, max_prompt: int = 8000) -> Any:
     tr = load_trace(MOONCAKE_SLICE)
     df = tr.df[tr.df["prompt_tokens"] < max_prompt].head(n).reset_index(drop=True)
     return make_trace(df.to_dict("records"))
+
+
+def conv_slice(n: int, speed: float = 1.0) -> Any:
+    """The first ``n`` requests of the bundled Azure conv slice, arriving ``speed`` times as fast."""
+    from workloads import load_trace
+
+    trace = load_trace(BUNDLED)
+    df = trace.df.iloc[:n].copy()
+    df["arrival_s"] = df["arrival_s"] / speed
+    return type(trace)(df=df.reset_index(drop=True), path=trace.path, format=trace.format)
 
 
 def optional_data(*parts: str) -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sim.sched import waiting_pass
-from tests.helpers import BUNDLED, mooncake_slice, require_built, same_either_way
+from tests.helpers import conv_slice, mooncake_slice, require_built, same_either_way
 
 
 @pytest.fixture
@@ -41,15 +41,6 @@ def passes(which: str) -> Any:
     return getattr(waiting_pass, "_COUNTING", None) if which == "compiled" else None
 
 
-def bundled(n: int, speed: float = 1.0) -> Any:
-    from workloads import load_trace
-
-    trace = load_trace(BUNDLED)
-    df = trace.df.iloc[:n].copy()
-    df["arrival_s"] = df["arrival_s"] / speed
-    return type(trace)(df=df.reset_index(drop=True), path=trace.path, format=trace.format)
-
-
 CONFIGS = {
     "async": dict(max_model_len=8192, num_gpu_blocks=1500),
     "async-tight-pool": dict(max_model_len=4096, num_gpu_blocks=300, max_num_seqs=64),  # preempts, re-admits
@@ -68,7 +59,7 @@ CONFIGS = {
 @pytest.mark.parametrize("name", CONFIGS)
 def test_a_replica_admits_the_same_with_and_without_the_compiled_pass(
         name: str, admitted: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
-    same_either_way(monkeypatch, (waiting_pass, "PLAIN"), passes, bundled(200, 4.0), **CONFIGS[name])
+    same_either_way(monkeypatch, (waiting_pass, "PLAIN"), passes, conv_slice(200, 4.0), **CONFIGS[name])
     assert sum(n for n in admitted if n > 0) > 0, "the compiled pass admitted nothing: the test proves nothing"
     assert -1 not in admitted, "a plain configuration was handed back"
 
@@ -77,7 +68,7 @@ def test_the_tight_pool_reaches_the_decisions_it_is_named_for(admitted: list[int
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The identity runs above prove something only if the compiled pass refuses heads for want
     of blocks and re-admits preempted requests that hit their own blocks."""
-    run, _ = same_either_way(monkeypatch, (waiting_pass, "PLAIN"), passes, bundled(200, 4.0),
+    run, _ = same_either_way(monkeypatch, (waiting_pass, "PLAIN"), passes, conv_slice(200, 4.0),
                              **CONFIGS["async-tight-pool"])
     pc = run.summary.prefix_cache
     assert run.summary.preemptions > 0 and pc.preempted_queries > 0 and pc.preempted_hits > 0
@@ -97,7 +88,7 @@ def test_the_margins_a_sweep_reuses_runs_by_are_noted_alike(name: str, admitted:
     for which in ("compiled", "python"):
         monkeypatch.setattr(waiting_pass, "PLAIN", passes(which))
         seen: list[Any] = []
-        simulate(make_config(**CONFIGS[name]), bundled(200, 4.0), on_build=seen.append)
+        simulate(make_config(**CONFIGS[name]), conv_slice(200, 4.0), on_build=seen.append)
         kv, sched = seen[0].kv, seen[0].sched
         margins.append([(m.fail_max, m.pass_min) for m in (kv.headroom, sched.seq_margin)])
     assert margins[0] == margins[1]
@@ -110,7 +101,7 @@ def test_the_margins_a_sweep_reuses_runs_by_are_noted_alike(name: str, admitted:
 ])
 def test_a_pass_it_does_not_handle_is_handed_back_whole(cfg: dict[str, Any], why: str, admitted: list[int],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    same_either_way(monkeypatch, (waiting_pass, "PLAIN"), passes, bundled(60, 4.0), **cfg)
+    same_either_way(monkeypatch, (waiting_pass, "PLAIN"), passes, conv_slice(60, 4.0), **cfg)
     assert admitted and set(admitted) == {-1}, f"{why}: the compiled pass admitted"
 
 

@@ -16,7 +16,7 @@ import pytest
 from sim.cost import StepBatch
 from sim.engine import step
 from sim.sched.plan import StepPlan
-from tests.helpers import BUNDLED, req, require_built, same_either_way
+from tests.helpers import conv_slice, req, require_built, same_either_way
 
 
 def described(plan: StepPlan, B: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
@@ -82,10 +82,7 @@ def loops(which: str) -> Any:
 def test_a_replica_is_the_same_with_and_without_the_compiled_batch(cfg: dict[str, Any],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     require_built(step.BATCH, "sim/engine/fastforward/_quiet_steps.c")
-    from workloads import load_trace
-
-    trace = load_trace(BUNDLED)
-    trace = type(trace)(df=trace.df.iloc[:150].reset_index(drop=True), path=trace.path, format=trace.format)
+    trace = conv_slice(150)
     same_either_way(monkeypatch, (step, "BATCH"), loops, trace, **cfg)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sim.engine.fastforward import steps
-from tests.helpers import BUNDLED, require_built, same_either_way
+from tests.helpers import conv_slice, require_built, same_either_way
 
 
 @pytest.fixture
@@ -39,15 +39,6 @@ def lands(which: str) -> Any:
     return getattr(steps, "_COUNTING", None) if which == "compiled" else None
 
 
-def bundled(n: int, speed: float) -> Any:
-    from workloads import load_trace
-
-    trace = load_trace(BUNDLED)
-    df = trace.df.iloc[:n].copy()
-    df["arrival_s"] = df["arrival_s"] / speed
-    return type(trace)(df=df.reset_index(drop=True), path=trace.path, format=trace.format)
-
-
 CONFIGS = {
     "async": dict(max_model_len=4096, num_gpu_blocks=1500),
     "async-tight-pool": dict(max_model_len=4096, num_gpu_blocks=300, max_num_seqs=64),  # preempts
@@ -60,18 +51,18 @@ CONFIGS = {
 @pytest.mark.parametrize("name", CONFIGS)
 def test_a_replica_is_the_same_with_and_without_the_compiled_landing(
         name: str, landed: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
-    run, _ = same_either_way(monkeypatch, (steps, "COMPILED_LAND"), lands, bundled(200, 4.0), **CONFIGS[name])
+    run, _ = same_either_way(monkeypatch, (steps, "COMPILED_LAND"), lands, conv_slice(200, 4.0), **CONFIGS[name])
     assert run.summary.fast_forward_steps > 0
     assert len(landed) > 0 and sum(landed) > 0, "no compiled landing finished a request: the test proves nothing"
 
 
 def test_the_tight_pool_preempts_and_a_slab_keeps_the_python_landing(landed: list[int],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    run, _ = same_either_way(monkeypatch, (steps, "COMPILED_LAND"), lands, bundled(200, 4.0),
+    run, _ = same_either_way(monkeypatch, (steps, "COMPILED_LAND"), lands, conv_slice(200, 4.0),
                              **CONFIGS["async-tight-pool"])
     assert run.summary.preemptions > 0 and landed
     landed.clear()
-    same_either_way(monkeypatch, (steps, "COMPILED_LAND"), lands, bundled(60, 4.0), max_model_len=4096,
+    same_either_way(monkeypatch, (steps, "COMPILED_LAND"), lands, conv_slice(60, 4.0), max_model_len=4096,
                     allocator="slab")
     assert not landed, "a slab's breakdown is not linear: Python's landing"
 
@@ -87,7 +78,7 @@ def test_the_counters_and_the_requests_state_are_the_pythons(name: str, landed: 
     from sim.run import simulate as sim_run
     from sim.run.simulate import new_replica, simulate
 
-    cfg, trace = make_config(**CONFIGS[name]), bundled(200, 4.0)
+    cfg, trace = make_config(**CONFIGS[name]), conv_slice(200, 4.0)
     seen = []
     for which in ("compiled", "python"):
         monkeypatch.setattr(steps, "COMPILED_LAND", lands(which))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sim.engine.fastforward import decoders
-from tests.helpers import BUNDLED, req, require_built, same_either_way
+from tests.helpers import conv_slice, req, require_built, same_either_way
 
 
 def window_of(B: int) -> tuple[list[Any], list[list[Any]]]:
@@ -62,9 +62,6 @@ def passes(which: str) -> Any:
 ], ids=["async-tight-pool", "sync", "slab"])
 def test_a_replica_is_the_same_either_way(cfg: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     require_built(passes("compiled"), "sim/engine/fastforward/_quiet_steps.c")
-    from workloads import load_trace
-
-    trace = load_trace(BUNDLED)
-    trace = type(trace)(df=trace.df.iloc[:150].reset_index(drop=True), path=trace.path, format=trace.format)
+    trace = conv_slice(150)
     run, _ = same_either_way(monkeypatch, (decoders, "leave_all"), passes, trace, **cfg)
     assert run.summary.fast_forward_steps > 0

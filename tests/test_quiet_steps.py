@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from sim.engine.fastforward import quiet_steps
-from tests.helpers import BUNDLED, require_built, same_either_way
+from tests.helpers import conv_slice, require_built, same_either_way
 
 
 @pytest.fixture
@@ -41,15 +41,6 @@ def loops(which: str) -> Any:
     return quiet_steps.COMPILED if which == "compiled" else None
 
 
-def bundled(n: int, speed: float = 1.0) -> Any:
-    from workloads import load_trace
-
-    trace = load_trace(BUNDLED)
-    df = trace.df.iloc[:n].copy()
-    df["arrival_s"] = df["arrival_s"] / speed
-    return type(trace)(df=df.reset_index(drop=True), path=trace.path, format=trace.format)
-
-
 CONFIGS = {
     "async-caching": dict(max_model_len=8192, num_gpu_blocks=1500),
     "async-tight-pool": dict(max_model_len=8192, num_gpu_blocks=700, max_num_seqs=64),  # preempts
@@ -63,7 +54,7 @@ CONFIGS = {
 @pytest.mark.parametrize("name", CONFIGS)
 def test_a_replica_is_the_same_with_and_without_the_compiled_quiet_steps(
         name: str, taken: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
-    run, _ = same_either_way(monkeypatch, (quiet_steps, "COMPILED"), loops, bundled(200, 4.0), **CONFIGS[name])
+    run, _ = same_either_way(monkeypatch, (quiet_steps, "COMPILED"), loops, conv_slice(200, 4.0), **CONFIGS[name])
     assert run.summary.fast_forward_steps > 0
     assert sum(taken) > 0, "the compiled call took no step: the test proves nothing"
     assert max(taken) > 1, "no call took more than the step the window checked"
@@ -87,7 +78,7 @@ def test_the_counters_and_margins_are_the_same_either_way(name: str, taken: list
     from sim.config import make_config
     from sim.run.simulate import simulate
 
-    cfg, trace = filling_pool() if name == "filling-pool" else (CONFIGS[name], bundled(200, 4.0))
+    cfg, trace = filling_pool() if name == "filling-pool" else (CONFIGS[name], conv_slice(200, 4.0))
     monkeypatch.setattr(runs, "MIN_RUN", 10**9)  # no run of quiet steps takes the crossings first
     seen = []
     for which in ("compiled", "python"):
@@ -112,7 +103,7 @@ def test_the_progress_hooks_record_budget_stops_a_call(taken: list[int], monkeyp
     frames = []
     for which in ("compiled", "python"):
         monkeypatch.setattr(quiet_steps, "COMPILED", loops(which))
-        res = simulate(make_config(max_model_len=8192, num_gpu_blocks=1500), bundled(150, 4.0),
+        res = simulate(make_config(max_model_len=8192, num_gpu_blocks=1500), conv_slice(150, 4.0),
                        progress=lambda done, total: None)
         frames.append(res)
     pd.testing.assert_frame_equal(frames[0].steps, frames[1].steps, check_exact=True)
@@ -131,7 +122,7 @@ def test_a_fleet_behind_a_live_router_is_the_same_either_way(
     runs = []
     for which in ("compiled", "python"):
         monkeypatch.setattr(quiet_steps, "COMPILED", loops(which))
-        runs.append(replay_fleet([cfg] * 3, bundled(240, 2.0), "least-outstanding-tokens"))
+        runs.append(replay_fleet([cfg] * 3, conv_slice(240, 2.0), "least-outstanding-tokens"))
     compiled, python = runs
     pd.testing.assert_frame_equal(compiled.requests, python.requests, check_exact=True)
     for a, b in zip(compiled.steps, python.steps, strict=True):
@@ -168,7 +159,7 @@ def test_the_compiled_calls_records_are_out_of_the_collectors_sight(monkeypatch:
         return out
 
     monkeypatch.setattr(quiet_steps.QuietSteps, "take", checking)
-    simulate(make_config(**CONFIGS["async-caching"]), bundled(200, 4.0))
+    simulate(make_config(**CONFIGS["async-caching"]), conv_slice(200, 4.0))
     assert seen and not any(seen)
 
 
@@ -195,7 +186,7 @@ def test_runs_of_quiet_steps_are_taken_where_the_window_would_take_them(
     for which in ("compiled", "python"):
         monkeypatch.setattr(quiet_steps, "COMPILED", loops(which))
         commits.clear()
-        res = simulate(make_config(**CONFIGS[name]), bundled(200, 1.0))
+        res = simulate(make_config(**CONFIGS[name]), conv_slice(200, 1.0))
         seen.append((list(commits), res.steps))
     assert seen[0][0] == seen[1][0] and len(seen[0][0]) > 0
     pd.testing.assert_frame_equal(seen[0][1], seen[1][1], check_exact=True)
@@ -220,7 +211,7 @@ def test_an_observed_pool_sees_every_pop_either_way(taken: list[int], monkeypatc
             pool.get_new_blocks = lambda n: log.append(n) or pop(n)
             pool.observed = True
 
-        res = simulate(make_config(**CONFIGS["async-caching"]), bundled(200, 4.0), on_build=observe)
+        res = simulate(make_config(**CONFIGS["async-caching"]), conv_slice(200, 4.0), on_build=observe)
         logs.append((log, res.steps))
     assert logs[0][0] == logs[1][0] and len(logs[0][0]) > 100
     pd.testing.assert_frame_equal(logs[0][1], logs[1][1], check_exact=True)
