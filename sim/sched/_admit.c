@@ -74,6 +74,37 @@ static int add_ll(PyObject *o, PyObject *name, SlotCache *c, long long x) {
 /* Margin.note(slack) (None: slack >= 0): 1 passed, 0 failed, -1 error */
 static int note(PyObject *m, long long slack) { return margin_note(m, MARGIN, slack); }
 
+/* kv.plain_admission, optional (absent: False): 1, 0, or -1 on error */
+static int says_plain(PyObject *kv) {
+    PyObject *said = PyObject_GetAttr(kv, s_plain_admission);
+    if (said == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    int plain = PyObject_IsTrue(said);
+    Py_DECREF(said);
+    return plain;
+}
+
+/* The blocks r still needs for its num_tokens (*ntok), max(cdiv(num_tokens, B) - blocks held, 0):
+ * KvAllocator.blocks_needed(r, r.num_tokens) for a plain pool, no hits. Its table (None: none yet)
+ * in *table, a new reference. 0, or -1 on error (*table then NULL). */
+static int own_need(PyObject *r, long long B, long long *ntok, long long *need, PyObject **table) {
+    long long held = 0;
+    *table = NULL;
+    if (get_ll(r, s_num_tokens, &c_ntok, ntok) < 0 || (*table = slot_get(r, s_kv, &c_kv)) == NULL) return -1;
+    if (*table != Py_None) {
+        PyObject *blocks = slot_get(*table, s_blocks, &c_blocks);
+        held = blocks == NULL ? -1 : PyObject_Size(blocks);
+        Py_XDECREF(blocks);
+        if (held < 0) { Py_CLEAR(*table); return -1; }
+    }
+    *need = (*ntok + B - 1) / B - held;
+    if (*need < 0) *need = 0;
+    return 0;
+}
+
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *o[6];
     if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
@@ -110,15 +141,7 @@ static int pass_open(Pass *p, PyObject *sched) {
     GET(p->kv, sched, s_kv);
     GET(p->adm, sched, s_admission);
     if ((PyObject *)Py_TYPE(p->waiting) != FCFS || (PyObject *)Py_TYPE(p->adm) != ADMISSION) return 0;
-    PyObject *said = PyObject_GetAttr(p->kv, s_plain_admission);  /* optional: absent is False */
-    if (said == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
-        PyErr_Clear();
-        return 0;
-    }
-    plain = PyObject_IsTrue(said);
-    Py_DECREF(said);
-    if (plain <= 0) return plain;
+    if ((plain = says_plain(p->kv)) <= 0) return plain;
     PyObject *conn;
     GET(conn, p->kv, s_connector);
     Py_DECREF(conn);
@@ -180,19 +203,9 @@ static int candidate(Pass *p, PyObject *sched, PyObject *plan, PyObject *r, long
     Py_ssize_t nrun = PyList_GET_SIZE(p->running);
     int ok = note(p->seqs, p->cap - (long long)nrun);
     if (ok <= 0) return ok;
-    long long wm = nrun ? p->wm : 0, held = 0;
-    if (get_ll(r, s_num_tokens, &c_ntok, &ntok) < 0) return -1;
-    PyObject *table = slot_get(r, s_kv, &c_kv);
-    if (table == NULL) return -1;
-    if (table != Py_None) {
-        PyObject *blocks = slot_get(table, s_blocks, &c_blocks);
-        if (blocks == NULL) { Py_DECREF(table); return -1; }
-        held = PyObject_Size(blocks);
-        Py_DECREF(blocks);
-        if (held < 0) { Py_DECREF(table); return -1; }
-    }
-    long long need = (ntok + p->B - 1) / p->B - held, free_blocks;
-    if (need < 0) need = 0;
+    long long wm = nrun ? p->wm : 0, need, free_blocks;
+    PyObject *table;
+    if (own_need(r, p->B, &ntok, &need, &table) < 0) return -1;
     if (get_ll(p->fq, s_size, &c_size, &free_blocks) < 0) { Py_DECREF(table); return -1; }
     ok = note(p->headroom, free_blocks - (need + wm));
     if (ok <= 0) { Py_DECREF(table); return ok; }  /* hopeless: decided without the probe */
@@ -328,14 +341,9 @@ static PyObject *nothing(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         out = kv == NULL && PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
         goto done;
     }
-    if ((x = PyObject_GetAttr(kv, s_plain_admission)) == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_AttributeError)) { PyErr_Clear(); out = Py_NewRef(Py_None); }
-        goto done;
-    }
-    int plain = PyObject_IsTrue(x);
-    Py_CLEAR(x);
+    int plain = says_plain(kv);
     if (plain <= 0) { out = plain < 0 ? NULL : Py_NewRef(Py_None); goto done; }
-    long long cap, B, wm, ntok, held = 0, free_blocks;
+    long long cap, B, wm, ntok, need, free_blocks;
     PyObject *running = PyObject_GetAttr(sched, s_running);
     if (running == NULL) goto done;
     Py_ssize_t nrun = PyObject_Size(running);
@@ -353,18 +361,10 @@ static PyObject *nothing(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     int content = x != Py_None;
     Py_CLEAR(x);
     if (!full || content) { out = Py_NewRef(Py_False); goto done; }
-    if (get_ll(adm, s_watermark_blocks, NULL, &wm) < 0 || get_ll(kv, s_block_size, NULL, &B) < 0
-            || get_ll(head, s_num_tokens, &c_ntok, &ntok) < 0 || (x = slot_get(head, s_kv, &c_kv)) == NULL)
-        goto done;
-    if (x != Py_None) {
-        PyObject *blocks = slot_get(x, s_blocks, &c_blocks);
-        if (blocks == NULL || (held = PyObject_Size(blocks)) < 0) { Py_XDECREF(blocks); goto done; }
-        Py_DECREF(blocks);
-    }
-    Py_CLEAR(x);
+    if (get_ll(adm, s_watermark_blocks, NULL, &wm) < 0 || get_ll(kv, s_block_size, NULL, &B) < 0) goto done;
     if (B <= 0) { out = Py_NewRef(Py_None); goto done; }
-    long long need = (ntok + B - 1) / B - held;
-    if (need < 0) need = 0;
+    if (own_need(head, B, &ntok, &need, &x) < 0) goto done;
+    Py_CLEAR(x);
     PyObject *pool = PyObject_GetAttr(kv, s_pool), *fq = pool == NULL ? NULL : PyObject_GetAttr(pool, s_free_queue);
     Py_XDECREF(pool);
     if (fq == NULL) goto done;
