@@ -38,9 +38,10 @@ class InFlight:
     start: float
     done: list[Request] | None         # requests whose last token it samples (None: sampled at land)
 
+_C = compiled("sim.engine.fastforward._quiet_steps")
 #: :meth:`StepKernel.batch`'s loop, compiled (``_quiet_steps.batch``); None where not built (tests
 #: set it to None to compare both)
-BATCH: Callable[..., StepBatch] | None = getattr(compiled("sim.engine.fastforward._quiet_steps"), "batch", None)
+BATCH: Callable[..., StepBatch] | None = getattr(_C, "batch", None)
 
 
 def computed_of(scheduled: list[tuple[Request, int]]) -> int:
@@ -73,7 +74,7 @@ class StepKernel:
     _decode_arr: dict[int, DecodeTimeArray | None] = field(default_factory=dict)
 
     #: :func:`computed_of`, compiled where built (``_quiet_steps.computed``: no generator a call)
-    computed_of = staticmethod(getattr(compiled("sim.engine.fastforward._quiet_steps"), "computed", computed_of))
+    computed_of = staticmethod(getattr(_C, "computed", computed_of))
 
     def __post_init__(self) -> None:
         """The allocator's answers the engine needs on every step or window, asked once."""
