@@ -10,7 +10,7 @@ from calibration.kernels import (
     reference_attention,
     unified_attention,
 )
-from calibration.kernels.inputs import make_batch
+from calibration.kernels.inputs import SLAB_GAP, PagedBatch, make_batch
 from calibration.kernels.write_kv import write_kv
 from calibration.manifest import Point
 
@@ -19,10 +19,47 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).split(".")[-1]
 
 
+def timing_batch(torch: Any, q_lens: list[int], seq_lens: list[int], hq: int, hkv: int, d: int,
+                 bs: int, dtype: Any, dev: str, *, paged: bool, page_order: str = "random",
+                 seed: int = 0) -> PagedBatch:
+    """A batch for timing, built on the device and in the one layout timed (paged pool or slabs).
+
+    ``make_batch`` fills both layouts on the host with NaN poison, which is right for correctness
+    but takes about a minute for a 256 x 8k decode; timing only needs random values where the
+    kernel reads. The unused layout is a one-row placeholder. Pages are randomly permuted (or
+    sequential, the control), with one spare page that padded table entries point at.
+    """
+    g = torch.Generator(device=dev).manual_seed(seed)
+    host = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape: int) -> Any:
+        return torch.randn(shape, generator=g, dtype=dtype, device=dev)
+
+    n, pages = len(seq_lens), [-(-s // bs) for s in seq_lens]
+    used = sum(pages)
+    q = rnd(sum(q_lens), hq, d)
+    table = torch.full((n, max(pages) + 1), used, dtype=torch.int32)  # page `used` is the spare
+    if paged:
+        order = torch.randperm(used, generator=host) if page_order == "random" else torch.arange(used)
+        per = torch.tensor(pages)
+        rows = torch.repeat_interleave(torch.arange(n), per)
+        cols = torch.arange(used) - torch.repeat_interleave(torch.cumsum(per, 0) - per, per)
+        table[rows, cols] = order.to(torch.int32)
+    k_cache = rnd(used + 1 if paged else 1, bs, hkv, d)
+    v_cache = rnd(*k_cache.shape)
+    bases = [SLAB_GAP + sum(seq_lens[:i]) + SLAB_GAP * i for i in range(n)]
+    k_slab = rnd(1 if paged else bases[-1] + seq_lens[-1] + SLAB_GAP, hkv, d)
+    v_slab = rnd(*k_slab.shape)
+    return PagedBatch(q=q, k_cache=k_cache, v_cache=v_cache, block_table=table.to(dev),
+                      k_slab=k_slab, v_slab=v_slab,
+                      seq_base=torch.tensor(bases, dtype=torch.int32, device=dev),
+                      q_lens=list(q_lens), seq_lens=list(seq_lens))
+
+
 def attention_row(p: Point, torch: Any, timer: Any, dev: str, dtype: Any) -> dict[str, Any]:
     ql, sl = p["q_lens"], p["seq_lens"]
-    b = make_batch(ql, sl, p["q_heads"], p["kv_heads"], p["head_dim"], p["block_size"], dtype,
-                   dev, spare_pages=1, page_order=p["page_order"])
+    b = timing_batch(torch, ql, sl, p["q_heads"], p["kv_heads"], p["head_dim"], p["block_size"],
+                     dtype, dev, paged=p["paged"], page_order=p["page_order"])
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev == "cuda" else 132
     cfg = choose_config(ql, sl, p["q_heads"], p["kv_heads"], num_sms=sms)
     meta = build_metadata(ql, sl, cfg.block_q, dev)
