@@ -8,7 +8,16 @@ The trace (one seeded numpy Generator, :func:`stage_trace`):
 - output lengths: the requested max_tokens under ``ignore_eos`` (see ``Stage.output_tokens``),
   else drawn from the measured quantiles;
 - shared system prompts: each request picks one of ``groups`` prompts; its full blocks are
-  Mooncake-style hash ids shared by the group, so vLLM's prefix cache hits them as it did.
+  Mooncake-style hash ids shared by the group, so vLLM's prefix cache hits them as it did;
+- a stage that drains (``vllm bench serve``, ``Stage.drains``): its own count of prompts, the
+  first at once and gamma gaps of shape ``burstiness`` after it (all at once at an infinite
+  rate), each request's own lengths when the run saved them; every request is measured, as the
+  client measured every answer.
+
+:func:`replay_stages` is the one path of both ``kvsim calibrate check`` and ``calibrate fit
+--from``, so a fitted profile is checked exactly as it was fitted. A stack named by a YAML file is
+read afresh on every replay: a fit rewrites its profile between replays, and the per-process cost
+cache (``sim/run/static.py``) keys a serving stack by its name only.
 
 :func:`replay` runs the stage with the serving stack given (a name or a profile YAML) and also
 records, per step, the stack's inputs (kernel time, sequences, a prefill flag), so the fit can
@@ -18,6 +27,7 @@ move the stack's coefficients along the measured schedule (``calibration/v1_fit.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,12 +38,16 @@ import simpy
 from calibration.serving_runs import Stage
 from sim.config.schema import SimConfig, make_config
 from sim.cost.batch import CostBasis, StepBatch, basis_of
+from sim.cost.for_config import cost_model_for
 from sim.io.ingest import make_requests
 from sim.io.results import request_frame
+from sim.memory.budget import model_for
+from sim.model.catalog import resolve_model
 from sim.run.build import build, new_replica
 from workloads.schema import Trace, validate
 
 BLOCK = 16
+DEFAULT_WINDOW_S = 150.0    # seconds of an inference-perf stage replayed (its steady state)
 WARMUP_FRACTION = 0.1       # requests of the first 10 % of the window are not measured (empty server)
 OVERLOAD_WAIT_S = 2.0       # mean queueing delay of the last quarter of arrivals above this: overloaded
 # d step_time / d (eta, eta_tok, eta_attn, cpu_s, per_seq_s, prefill_s): token-independent kernel
@@ -46,8 +60,27 @@ def _inverse_cdf(q: tuple[tuple[float, float], ...], u: np.ndarray) -> np.ndarra
     return np.interp(u, qs, vs)
 
 
+def _drain_trace(st: Stage, rng: np.random.Generator, window_s: float | None) -> Trace:
+    """A ``vllm bench serve`` run: its prompts sent open loop, the first at once."""
+    n = len(st.lens) or st.ok
+    if math.isinf(st.rate):
+        arrival = np.zeros(n)
+    else:
+        arrival = np.r_[0.0, np.cumsum(rng.gamma(st.burstiness, 1.0 / (st.rate * st.burstiness), n - 1))]
+    if st.lens:
+        prompt, out = (np.array(c, dtype=np.int64) for c in zip(*st.lens, strict=True))
+    else:
+        prompt = np.maximum(1, np.rint(_inverse_cdf(st.prompt_q, rng.random(n)))).astype(np.int64)
+        out = np.maximum(1, np.rint(_inverse_cdf(st.output_q, rng.random(n)))).astype(np.int64)
+    keep = slice(None) if window_s is None else slice(0, max(1, int(np.searchsorted(arrival, window_s, "right"))))
+    df = pd.DataFrame(dict(arrival_s=arrival[keep], prompt_tokens=prompt[keep], output_tokens=out[keep]))
+    return Trace(validate(df, st.key), st.key, "replay")
+
+
 def stage_trace(st: Stage, rng: np.random.Generator, window_s: float | None = None,
                 outputs: str = "auto") -> Trace:
+    if st.drains:
+        return _drain_trace(st, rng, window_s)
     dur = st.duration_s if window_s is None else min(st.duration_s, window_s)
     n = max(1, round(st.rate * dur))
     if st.arrival == "constant":
@@ -130,6 +163,8 @@ def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150
     cfg = stage_config(st, stack, seed=seed, **cfg_kw)
     trace = stage_trace(st, np.random.default_rng(seed), window_s, outputs)
     parts = build(cfg)
+    if stack.endswith((".yaml", ".yml")):  # read the file now, not a cost model cached under its name
+        parts = parts._replace(cost=cost_model_for(cfg, model_for(cfg, resolve_model(cfg.model))))
     rec = Recorder(parts.cost)
     parts = parts._replace(cost=rec)
     reqs = make_requests(trace, cfg)
@@ -146,7 +181,7 @@ def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150
     cum = np.vstack([np.zeros((1, feats.shape[1])), np.cumsum(feats, axis=0)])
     t_end = float(trace.df["arrival_s"].max())
     done = q[q["status"] == "finished"] if "status" in q else q
-    meas = done[done["arrival_s"] >= WARMUP_FRACTION * t_end]
+    meas = done if st.drains else done[done["arrival_s"] >= WARMUP_FRACTION * t_end]
     a = meas["arrival_s"].to_numpy()
     lo = np.searchsorted(ends, a, "right")
     g_e2e = (cum[np.searchsorted(ends, meas["finish_s"].to_numpy() - 1e-12, "right") + 1] - cum[lo]).mean(axis=0) \
@@ -156,6 +191,19 @@ def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150
     last = q[q["arrival_s"] >= 0.75 * t_end]
     wait = float((last["first_scheduled_s"] - last["arrival_s"]).fillna(math.inf).mean()) if len(last) else 0.0
     unfinished = int(len(q) - len(done))
+    # a run that drains has no time-outs: it is overloaded only if requests never finish
+    over = unfinished > 0.01 * len(q) if st.drains else wait > OVERLOAD_WAIT_S or unfinished > 0
     return StageResult(st, float(meas["e2e_s"].mean()), float(meas["ttft_s"].mean()),
-                       float(meas["output_tokens"].mean()), wait > OVERLOAD_WAIT_S or unfinished > 0, wait,
-                       g_e2e, g_ttft, len(meas), unfinished)
+                       float(meas["output_tokens"].mean()), over, wait, g_e2e, g_ttft, len(meas), unfinished)
+
+
+def stage_window(st: Stage, window_s: float | None) -> float | None:
+    """The replay window of ``st``: the caller's, else all of a run that drains (its means cover
+    every request) and DEFAULT_WINDOW_S of an inference-perf stage (steady state)."""
+    return window_s if window_s is not None else (None if st.drains else DEFAULT_WINDOW_S)
+
+
+def replay_stages(stages: Sequence[Stage], stack: str, *, window_s: float | None = None,
+                  seed: int = 0) -> list[StageResult]:
+    """Every stage replayed under ``stack``: the one path of ``calibrate check`` and ``fit --from``."""
+    return [replay(s, stack, seed=seed, window_s=stage_window(s, window_s)) for s in stages]

@@ -6,12 +6,15 @@ Readers (``read_results``):
   lifecycle metrics per stage, with the vLLM server arguments and the workload spec);
 - a folder of inference-perf reports (``stage_*_lifecycle_metrics.json``, its ``successes`` /
   ``failures`` / ``load_summary`` blocks), with the server arguments given by the caller;
-- ``vllm bench serve --save-result`` JSON (``request_rate``, ``num_prompts``, ``mean_ttft_ms``,
-  ``mean_e2el_ms``, ``input_lens`` / ``output_lens`` when saved in detail).
+- ``vllm bench serve --save-result`` JSON, one object per file or, with ``--append-result``, one
+  per line; a folder of them (:mod:`calibration.bench_serve`). Several paths: :func:`read_many`,
+  which also reconciles the served model the files name (``model_id``) with ``--model``.
 
 A stage is *overloaded* when the server did not keep up: more than 1 % of its requests failed, or
 it served under 90 % of the offered rate. Those stages are predicted (kvsim must say "overloaded"),
-never fitted: their latencies are set by client time-outs and queue length, not by step times.
+never fitted: their latencies are set by client time-outs and queue length, not by step times. A
+``vllm bench serve`` run *drains*: it sends a fixed number of prompts and waits for every answer,
+so a slow server shows in its latencies (replayed whole), not in time-outs; only failures mark it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from calibration.bench_serve import Record, bench_file, bench_folder, is_bench, json_objects
 from sim.errors import ConfigError
 
 QUANTILES = (("min", 0.0), ("p1", 0.01), ("p5", 0.05), ("p10", 0.10), ("p25", 0.25), ("median", 0.5),
@@ -55,6 +59,11 @@ class Stage:
     ttft_mean: float = math.nan
     served_rate: float = math.nan
     workload: str = ""
+    drains: bool = False                         # a fixed number of prompts, all measured (bench serve)
+    burstiness: float = 1.0                      # gamma shape of the inter-arrival times (1: Poisson)
+    lens: tuple[tuple[int, int], ...] = ()       # (prompt, output) per request in send order, when saved
+    source: str = ""                             # file (and line) the stage was read from
+    model_id: str = ""                           # the served model as the results name it
 
     @property
     def key(self) -> str:
@@ -63,6 +72,8 @@ class Stage:
     @property
     def overloaded(self) -> bool:
         failed = self.failures > 0.01 * max(1, self.sent)
+        if self.drains:
+            return failed
         slow = not math.isnan(self.served_rate) and self.served_rate < 0.9 * self.rate
         return failed or slow
 
@@ -72,6 +83,8 @@ class Stage:
         the returned text re-tokenized, which drops special tokens), else the measured mean."""
         if use in ("auto", "requested") and self.ignore_eos and self.requested_output:
             return float(self.requested_output)
+        if self.lens:  # each request's own count (bench serve, saved in detail): the exact mean
+            return sum(o for _, o in self.lens) / len(self.lens)
         return _qmean(self.output_q)
 
     def dtpt(self, use: str = "auto") -> float:
@@ -146,32 +159,6 @@ def _lifecycle(path: Path, base: Stage) -> list[Stage]:
     return out
 
 
-def _bench_serve(d: dict[str, Any], path: Path, base: Stage) -> list[Stage]:
-    """``vllm bench serve`` result JSON (one stage)."""
-    try:
-        n = int(d.get("num_prompts") or d["completed"])
-        done, dur = int(d["completed"]), float(d["duration"])
-        rate = float(d.get("request_rate", "inf"))
-        if not math.isfinite(rate):
-            rate = n / dur
-        ins, outs = d.get("input_lens"), d.get("output_lens")
-
-        def q_of(xs: list[float] | None, mean: float) -> tuple[tuple[float, float], ...]:
-            if not xs:
-                return ((0.0, mean), (1.0, mean))
-            s = sorted(float(x) for x in xs)
-            return tuple((q, s[min(len(s) - 1, int(q * (len(s) - 1)))]) for _, q in QUANTILES)
-
-        e2e = float(d["mean_e2el_ms"]) / 1e3 if "mean_e2el_ms" in d else \
-            float(d["mean_ttft_ms"]) / 1e3 + float(d["mean_tpot_ms"]) / 1e3 * (d["total_output_tokens"] / done - 1)
-        return [replace(base, run=path.stem, index=0, rate=rate, duration_s=dur, sent=n, ok=done, failures=n - done,
-                        arrival="poisson", prompt_q=q_of(ins, d["total_input_tokens"] / done),
-                        output_q=q_of(outs, d["total_output_tokens"] / done), e2e_mean=e2e,
-                        ttft_mean=float(d["mean_ttft_ms"]) / 1e3, served_rate=float(d["request_throughput"]))]
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as x:
-        raise ConfigError(f"{path}: not a `vllm bench serve` result ({x!r})") from None
-
-
 def _load(p: Path) -> dict[str, Any]:
     try:
         d = json.loads(p.read_text())
@@ -182,28 +169,114 @@ def _load(p: Path) -> dict[str, Any]:
     return d
 
 
+def quantiles_of(xs: list[int], mean: float) -> tuple[tuple[float, float], ...]:
+    """QUANTILES of a sample (nearest rank), or a point mass at ``mean`` without one."""
+    if not xs:
+        return ((0.0, mean), (1.0, mean))
+    s = sorted(float(x) for x in xs)
+    return tuple((q, s[min(len(s) - 1, int(q * (len(s) - 1)))]) for _, q in QUANTILES)
+
+
+def _bench(records: list[Record], base: Stage) -> list[Stage]:
+    out = []
+    for where, run, rec in records:
+        f = dict(rec)
+        mean_in, mean_out = f.pop("mean_in"), f.pop("mean_out")
+        out.append(replace(base, run=run, index=0, source=where, drains=True,
+                           prompt_q=quantiles_of([p for p, _ in f["lens"]], mean_in),
+                           output_q=quantiles_of([o for _, o in f["lens"]], mean_out), **f))
+    return out
+
+
+def _read_one(path: Path, base: Stage, gpu: str) -> tuple[list[Stage], bool]:
+    """(stages, whether the layout names each stage's model itself: experiments.json)."""
+    if path.is_dir():
+        if (path / "experiments.json").exists():
+            return _experiments(_load(path / "experiments.json"), path / "experiments.json", gpu), True
+        stages = _lifecycle(path, base) or _bench(bench_folder(path), base)
+        if not stages:
+            raise ConfigError(f"{path}: no experiments.json, no stage_*_lifecycle_metrics.json and no "
+                              "`vllm bench serve` results (*.json, *.jsonl)")
+        return stages, False
+    objs = json_objects(path)
+    d = objs[0][1]
+    if len(objs) == 1 and isinstance(d, dict) and "experiments" in d:
+        return _experiments(d, path, gpu), True
+    if len(objs) == 1 and isinstance(d, dict) and "successes" in d:
+        return _lifecycle(path.parent, base), False
+    if any(is_bench(o) for _, o in objs):
+        return _bench(bench_file(path, objs), base), False
+    raise ConfigError(f"{path}: not experiments.json, an inference-perf report or a `vllm bench serve` result")
+
+
+def known_model(name: str) -> str | None:
+    """The catalog key of a catalog key or a Hugging Face id kvsim knows, else None."""
+    from sim.model.catalog import hf_ids, model_catalog
+
+    key = catalog_model(name).lower()
+    return key if key in model_catalog() else hf_ids().get(key)
+
+
+def served_model(stages: list[Stage], flag: str | None) -> str:
+    """The one model the stages were served with: ``--model`` (a catalog key, a Hugging Face id,
+    or a config.json path), checked against every ``model_id`` the results name, or else the
+    one catalog model they all name. Disagreement or an unknown name is a one-line error."""
+    mine = (known_model(flag) or catalog_model(flag)) if flag else None
+    keys: dict[str, str] = {}
+    for s in stages:
+        if not s.model_id:
+            continue
+        k = known_model(s.model_id)
+        if k is None and mine is None:
+            raise ConfigError(f"{s.source}: model_id {s.model_id!r} is not a model kvsim knows (a catalog key or "
+                              "Hugging Face id): give --model (a catalog key or a config.json path)")
+        if k is not None and mine is not None and k != mine and known_model(mine) is not None:
+            raise ConfigError(f"{s.source}: model_id {s.model_id!r} is {k}, but --model {flag}: "
+                              "these results were not served with that model")
+        if k is not None:
+            keys.setdefault(k, s.source)
+    if mine is None and len(keys) > 1:
+        (a, wa), (b, wb) = list(keys.items())[:2]
+        raise ConfigError(f"{wa} names {a} but {wb} names {b}: fit one served model at a time")
+    if mine is None and not keys:
+        raise ConfigError(f"{stages[0].source or stages[0].run}: give --model (the results do not name the served model)")
+    return mine or next(iter(keys))
+
+
+def _unique_runs(stages: list[Stage]) -> list[Stage]:
+    """Two files of one name (in two folders) keep apart: the second run gets ``~2``."""
+    seen: dict[tuple[str, int], int] = {}
+    out = []
+    for s in stages:
+        k = (s.run, s.index)
+        seen[k] = seen.get(k, 0) + 1
+        out.append(s if seen[k] == 1 else replace(s, run=f"{s.run}~{seen[k]}"))
+    return out
+
+
+def read_many(paths: list[Path], *, gpu: str = "h100", model: str | None = None, tp: int = 1,
+              engine: dict[str, int] | None = None, ignore_eos: bool = False) -> list[Stage]:
+    """Every stage of several results files or folders (module docstring), with the served model
+    reconciled (:func:`served_model`); experiments.json layouts name their own models."""
+    base = Stage(run="", index=0, model=catalog_model(model or ""), tp=tp, gpu=gpu, rate=1.0,
+                 duration_s=60.0, sent=0, ok=0, failures=0, arrival="poisson", prompt_q=(), output_q=(),
+                 requested_output=None, ignore_eos=ignore_eos, groups=0, system_prompt_len=0, engine=engine or {})
+    if not paths:
+        raise ConfigError("no results given")
+    named: list[Stage] = []
+    rest: list[Stage] = []
+    for p in paths:
+        if not p.exists():
+            raise ConfigError(f"{p}: no such file or folder")
+        got, by_file = _read_one(p, replace(base, run=p.name, source=str(p)), gpu)
+        (named if by_file else rest).extend(got)
+    if rest:
+        m = served_model(rest, model)
+        rest = [replace(s, model=m) for s in rest]
+    return _unique_runs(named + rest)
+
+
 def read_results(path: Path, *, gpu: str = "h100", model: str | None = None, tp: int = 1,
                  engine: dict[str, int] | None = None, ignore_eos: bool = False) -> list[Stage]:
     """Every stage of a results file or folder (see the module docstring for the layouts)."""
-    base = Stage(run=path.name, index=0, model=catalog_model(model or ""), tp=tp, gpu=gpu, rate=1.0,
-                 duration_s=60.0, sent=0, ok=0, failures=0, arrival="poisson", prompt_q=(), output_q=(),
-                 requested_output=None, ignore_eos=ignore_eos, groups=0, system_prompt_len=0, engine=engine or {})
-    if path.is_dir():
-        if (path / "experiments.json").exists():
-            return _experiments(_load(path / "experiments.json"), path / "experiments.json", gpu)
-        stages = _lifecycle(path, base)
-        if not stages:
-            raise ConfigError(f"{path}: no experiments.json and no stage_*_lifecycle_metrics.json")
-    else:
-        d = _load(path)
-        if "experiments" in d:
-            return _experiments(d, path, gpu)
-        if "successes" in d:
-            stages = _lifecycle(path.parent, base)
-        elif "mean_ttft_ms" in d:
-            stages = _bench_serve(d, path, base)
-        else:
-            raise ConfigError(f"{path}: not experiments.json, an inference-perf report or a `vllm bench serve` result")
-    if not model:
-        raise ConfigError(f"{path}: give --model (the results do not name the served model)")
-    return stages
+    return read_many([path], gpu=gpu, model=model, tp=tp, engine=engine, ignore_eos=ignore_eos)

@@ -11,6 +11,8 @@
 - :func:`require_built`                 skip, with the reason, where a compiled loop is not in use
 - :func:`same_either_way`               a simulation with a compiled loop and with its Python: identical
 - :func:`a_run`                         a laid-out run of quiet steps (random times and pops)
+- :func:`known_stack`                   a serving-stack profile YAML with the coefficients given
+- :func:`vllm_bench_result`             a `vllm bench serve --save-result` object, simulated by kvsim
 """
 
 from __future__ import annotations
@@ -318,3 +320,66 @@ def a_run(lag: int, first_step: int, H: int, seed: int) -> Any:
     ctx = 3 * np.arange(1, H + 1) + 4000
     cum = np.cumsum(rng.integers(0, 2, H))
     return RunRows(sh, ends, dts, ctx, cum)
+
+
+def known_stack(path: Path, *, eta: float = 1.1, eta_tok: float = 1.3, eta_attn: float = 1.15, cpu_x: float = 2.0,
+                per_seq_x: float = 3.0, prefill_x: float = 1.0) -> Path:
+    """A physical serving stack (kernel multipliers as given) whose CPU terms are the committed
+    vllm-v1's times ``cpu_x`` / ``per_seq_x`` / ``prefill_x``: the truth a fit should recover."""
+    import yaml
+
+    from sim.cost.stack import SCHEMA, committed_stacks
+
+    v1 = committed_stacks()["vllm-v1"]
+    coef = {"launch_s": v1.launch_s, "per_seq_s": v1.per_seq_s * per_seq_x, "prefill_s": v1.prefill_s * prefill_x,
+            "prefill_n2_s": 0.0, "eta_tok": eta_tok, "eta_attn": eta_attn, "sched_s": v1.sched_s,
+            "sched_per_seq_s": v1.sched_per_seq_s}
+    entry = {"description": "known", "engine": "test", "cuda_graphs": True, "fitted_on": {}, "coef": coef,
+             "by_tp": {1: {"cpu_s": v1.at_tp(1)[0] * cpu_x, "eta": eta}}}
+    path.write_text(yaml.safe_dump({"schema": SCHEMA, "stacks": {"known": entry}}))
+    return path
+
+
+def vllm_bench_result(stack: Path, rate: float, n: int, seed: int, *, model_id: str = "meta-llama/Llama-3.1-8B-Instruct",
+                      detailed: bool = True) -> dict[str, Any]:
+    """What `vllm bench serve --save-result [--save-detailed]` writes, for a run simulated by kvsim
+    under ``stack``: ``n`` prompts (300-1200 tokens, 60-260 out), the first at once and Poisson
+    gaps after it, on one H100. Per-token times are not simulated: ``itls`` repeat each
+    request's mean decode time."""
+    import time
+
+    import numpy as np
+    import simpy
+
+    from sim.config.schema import make_config
+    from sim.io.ingest import make_requests
+    from sim.io.results import request_frame
+    from sim.run.build import new_replica
+    from workloads.schema import Trace, validate
+
+    rng = np.random.default_rng(seed)
+    arrival = np.r_[0.0, np.cumsum(rng.exponential(1.0 / rate, n - 1))]
+    p, o = rng.integers(300, 1200, n), rng.integers(60, 260, n)
+    df = pd.DataFrame({"arrival_s": arrival, "prompt_tokens": p, "output_tokens": o})
+    cfg = make_config(model=model_id, gpu="h100", serving_stack=str(stack), seed=seed)
+    reqs = make_requests(Trace(validate(df, "bench"), "bench", "synthetic"), cfg)
+    env = simpy.Environment()
+    replica = new_replica(env, cfg)
+    replica.submit_all(reqs)
+    env.run()
+    q = request_frame(reqs)
+    ttft, e2e, out = (q[c].to_numpy(float) for c in ("ttft_s", "e2e_s", "output_tokens"))
+    tpot, dur = (e2e - ttft) / np.maximum(1, out - 1), float(q["finish_s"].max())
+    d: dict[str, Any] = {
+        "date": time.strftime("%Y%m%d-%H%M%S"), "backend": "vllm", "model_id": model_id, "tokenizer_id": model_id,
+        "num_prompts": n, "request_rate": rate, "burstiness": 1.0, "max_concurrency": None, "duration": dur,
+        "completed": len(q), "total_input_tokens": int(p.sum()), "total_output_tokens": int(out.sum()),
+        "request_throughput": len(q) / dur, "output_throughput": out.sum() / dur,
+        "total_token_throughput": (out.sum() + p.sum()) / dur}
+    for name, x in (("ttft", ttft), ("tpot", tpot), ("itl", tpot), ("e2el", e2e)):
+        d.update({f"mean_{name}_ms": x.mean() * 1e3, f"median_{name}_ms": float(np.median(x)) * 1e3,
+                  f"std_{name}_ms": x.std() * 1e3, f"p99_{name}_ms": float(np.percentile(x, 99)) * 1e3})
+    if detailed:
+        d.update(input_lens=p.tolist(), output_lens=out.astype(int).tolist(), ttfts=ttft.tolist(),
+                 itls=[[float(t)] * int(k - 1) for t, k in zip(tpot, out, strict=True)])
+    return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in d.items()}

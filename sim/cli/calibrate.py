@@ -90,55 +90,106 @@ Gpu = Annotated[str, typer.Option("--gpu", help="GPU the results were measured o
 Mbt = Annotated[int | None, typer.Option("--max-num-batched-tokens", help="vLLM server argument of the run")]
 Mns = Annotated[int | None, typer.Option("--max-num-seqs", help="vLLM server argument of the run")]
 Mml = Annotated[int | None, typer.Option("--max-model-len", help="vLLM server argument of the run")]
-Window = Annotated[float, typer.Option("--window-s", help="replay the first SECONDS of each stage (0: all)")]
+Window = Annotated[float | None, typer.Option("--window-s", help="replay the first SECONDS of each stage "
+                                                          "(default: all of a `vllm bench serve` run, 150 s of an "
+                                                          "inference-perf stage; 0: all)")]
+Results = Annotated[list[Path], typer.Argument(help="benchmark results: experiments.json (or its folder), inference-perf "
+                                                    "reports, `vllm bench serve` JSON (--save-result, or one per line "
+                                                    "with --append-result) or a folder of them")]
 
 
-def _stages(results: Path, model: str | None, tp: int, gpu: str, mbt: int | None, mns: int | None,
+def _stages(results: list[Path], model: str | None, tp: int, gpu: str, mbt: int | None, mns: int | None,
             mml: int | None) -> list[Any]:
-    from calibration.serving_runs import read_results
+    from calibration.serving_runs import read_many
 
     engine = {k: v for k, v in (("max_num_batched_tokens", mbt), ("max_num_seqs", mns), ("max_model_len", mml))
               if v is not None}
-    if not results.exists():
-        raise ConfigError(f"{results}: no such file or folder")
-    return read_results(results, gpu=gpu, model=model, tp=tp, engine=engine)
+    return read_many(results, gpu=gpu, model=model, tp=tp, engine=engine)
+
+
+def _window(window_s: float | None) -> float | None:
+    return None if window_s is None else (window_s or float("inf"))
+
+
+def _table(results: list[Any]) -> list[str]:
+    """Measured vs replayed per-stage means: the lines of `calibrate check` (and of `fit --from`)."""
+    out = [f"{'stage':58s} {'E2E meas':>9s} {'sim':>8s} {'err':>7s} {'TTFT meas':>10s} {'sim':>8s} {'err':>7s} "
+           f"{'DTPT meas':>10s} {'sim':>8s}  overloaded (meas/sim)"]
+    for r in results:
+        st = r.stage
+        out.append(f"{st.key[:58]:58s} {st.e2e_mean:8.3f}s {r.e2e_mean:7.3f}s {100 * (r.e2e_mean / st.e2e_mean - 1):+6.1f}% "
+                   f"{st.ttft_mean * 1e3:8.1f}ms {r.ttft_mean * 1e3:6.1f}ms {100 * (r.ttft_mean / st.ttft_mean - 1):+6.1f}% "
+                   f"{st.dtpt() * 1e3:8.2f}ms {r.dtpt * 1e3:6.2f}ms  {'yes' if st.overloaded else 'no'}/"
+                   f"{'yes' if r.overloaded else 'no'}")
+    return out
 
 
 @app.command()
 def check(
-    results: Annotated[Path, typer.Argument(help="benchmark results: experiments.json (or its folder), "
-                                                 "inference-perf reports, or `vllm bench serve` JSON")],
+    results: Results,
     serving_stack: Annotated[str, typer.Option("--serving-stack", help="profile name or YAML")] = "vllm-v1",
     model: Model = None, tp: Tp = 1, gpu: Gpu = "h100", max_num_batched_tokens: Mbt = None,
-    max_num_seqs: Mns = None, max_model_len: Mml = None, window_s: Window = 150.0,
+    max_num_seqs: Mns = None, max_model_len: Mml = None, window_s: Window = None,
 ) -> None:
     """Replay every stage of RESULTS through the simulator; print measured vs simulated means."""
-    from calibration.replay import replay
+    from calibration.replay import replay_stages
 
-    typer.echo(f"{'stage':58s} {'E2E meas':>9s} {'sim':>8s} {'err':>7s} {'TTFT meas':>10s} {'sim':>8s} {'err':>7s} "
-               f"{'DTPT meas':>10s} {'sim':>8s}  overloaded (meas/sim)")
-    for st in _stages(results, model, tp, gpu, max_num_batched_tokens, max_num_seqs, max_model_len):
-        r = replay(st, serving_stack, window_s=window_s or None)
-        typer.echo(f"{st.key[:58]:58s} {st.e2e_mean:8.3f}s {r.e2e_mean:7.3f}s {100 * (r.e2e_mean / st.e2e_mean - 1):+6.1f}% "
-                   f"{st.ttft_mean * 1e3:8.1f}ms {r.ttft_mean * 1e3:6.1f}ms {100 * (r.ttft_mean / st.ttft_mean - 1):+6.1f}% "
-                   f"{st.dtpt() * 1e3:8.2f}ms {r.dtpt * 1e3:6.2f}ms  {'yes' if st.overloaded else 'no'}/"
-                   f"{'yes' if r.overloaded else 'no'}")
+    stages = _stages(results, model, tp, gpu, max_num_batched_tokens, max_num_seqs, max_model_len)
+    for line in _table(replay_stages(stages, serving_stack, window_s=_window(window_s))):
+        typer.echo(line)
+
+
+def _fit_from(results: list[Path], out: Path, name: str, model: str | None, tp: int, gpu: str,
+              engine: tuple[int | None, int | None, int | None], window_s: float | None) -> None:
+    from calibration.user_fit import fit_user
+    from calibration.user_report import profile_entry
+    from calibration.v1_fit import write_profile
+
+    stages = _stages(results, model, tp, gpu, *engine)
+    fit_on = [s for s in stages if not s.overloaded]
+    for s in stages:
+        if s.overloaded:
+            typer.echo(f"{s.key}: overloaded ({s.failures} of {s.sent} failed): predicted, not fitted")
+    if not fit_on:
+        raise ConfigError(f"--from {' '.join(map(str, results))}: no stage to fit (every stage is overloaded)")
+    typer.echo(f"fitting {len(fit_on)} stage(s) at once: " + ", ".join(s.key for s in fit_on))
+    fit = fit_user(fit_on, out=out, name=name, window_s=_window(window_s), log=typer.echo)
+    sources = ", ".join(p.name for p in results)
+    entry = profile_entry(fit, sources=sources, fitted_on={
+        "source": sources, "gpu": gpu, "tps": sorted({s.tp for s in fit_on}), "models": sorted({s.model for s in fit_on}),
+        "replay": {"window_s": window_s, "seed": 0}})
+    write_profile(out, name, entry)
+    typer.echo("in sample (the profile as written, replayed; `calibrate check` prints the same):")
+    for line in _table(list(fit.results)):
+        typer.echo(line)
+    for r, h in zip(fit.results, fit.heldout, strict=False):
+        typer.echo(f"held out {r.stage.key}: E2E {h:.3f} s vs {r.stage.e2e_mean:.3f} s measured "
+                   f"({100 * (h / r.stage.e2e_mean - 1):+.1f} %; refit without it)")
+    b = entry["band"]
+    typer.echo(f"band (measured / predicted - 1): {100 * b['optimistic']:+.1f} % .. {100 * b['pessimistic']:+.1f} %: {b['basis']}")
+    for line in entry["findings"] + entry["warnings"]:
+        typer.echo(line)
+    flags = [f"--{k} {v}" for k, v in (("model", model), ("tp", tp), ("gpu", gpu), ("max-num-batched-tokens", engine[0]),
+                                       ("max-num-seqs", engine[1]), ("max-model-len", engine[2]), ("window-s", window_s))
+             if v is not None]
+    typer.echo(f"wrote {out} (check: kvsim calibrate check {' '.join(map(str, results))} --serving-stack {out} "
+               f"{' '.join(flags)}; use: kvsim simulate ... --serving-stack {out})")
 
 
 @app.command()
 def fit(
-    data_dir: Annotated[Path | None, typer.Argument(help="a harness output dir (meta.json + CSVs); "
-                                                        "omit to fit the public measurements")] = None,
+    data_dir: Annotated[list[Path] | None, typer.Argument(help="a harness output dir (meta.json + CSVs); omit to fit "
+                                                               "the public measurements. After --from: more results")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="YAML path (default DATA_DIR/fit.yaml; "
                                                            "--from: stack-profile.yaml)")] = None,
     profiles: Profiles = DEFAULT_PROFILES,
     write: Annotated[bool, typer.Option("--write/--dry-run", help="public fit: write calibration/data/")] = True,
-    from_results: Annotated[Path | None, typer.Option("--from", help="your vLLM benchmark results "
-                                                                     "(as for `kvsim calibrate check`): fit a "
-                                                                     "serving-stack profile YAML on them")] = None,
+    from_results: Annotated[list[Path] | None, typer.Option(
+        "--from", help="your vLLM benchmark results (files, folders, JSON lines; as for `kvsim calibrate check`; "
+                       "repeat the flag or list them after it): fit a serving-stack profile YAML on all at once")] = None,
     name: Annotated[str, typer.Option("--name", help="--from: the profile's name")] = "my-vllm",
     model: Model = None, tp: Tp = 1, gpu: Gpu = "h100", max_num_batched_tokens: Mbt = None,
-    max_num_seqs: Mns = None, max_model_len: Mml = None, window_s: Window = 150.0,
+    max_num_seqs: Mns = None, max_model_len: Mml = None, window_s: Window = None,
 ) -> None:
     """Fit the step-cost model.
 
@@ -146,39 +197,29 @@ def fit(
     serving-stack profiles on Splitwise's and DistServe's end-to-end step times (+ Vidur's vLLM CPU
     profiles) -> calibration/data/stacks.yaml; prints held-out errors. With DATA_DIR (a
     calibration/run_gpu.py run): attention / GEMM / KV-write / copy fits of that GPU; simulations
-    then use them for that GPU, with the public dense, all-reduce and stack terms filling in.
+    then use them for that GPU, with the public dense, all-reduce and stack terms filling in. With
+    --from: a serving-stack profile fitted on every stage of your benchmark results at once.
     """
-    if from_results is not None:
-        from calibration.era_fit import band_of, stage_rows
-        from calibration.v1_fit import fit_v1, leave_one_run_out, stack_entry, write_profile
-
-        stages = _stages(from_results, model, tp, gpu, max_num_batched_tokens, max_num_seqs, max_model_len)
-        res = fit_v1(stages, window_s=window_s or None, log=typer.echo)
-        rows = stage_rows(res, leave_one_run_out(res))
-        entry = stack_entry(res.layout, res.theta, engine=f"your vLLM ({from_results.name})",
-                            description=f"fitted by `kvsim calibrate fit --from {from_results.name}`",
-                            fitted_on={"source": str(from_results.name), "gpu": gpu, "rows": len(rows),
-                                       "refs": [r["stage"] for r in rows]})
-        entry["stages"] = rows
-        import numpy as np
-
-        held = np.array([r["e2e_measured_s"] / r["e2e_heldout_s"] - 1 for r in rows if r["e2e_heldout_s"] == r["e2e_heldout_s"]])
-        if len(held):
-            entry["band"] = band_of(held, len(held), "stages (leave one run out)")
-        path = write_profile(out or Path("stack-profile.yaml"), name, entry)
-        for r in rows:
-            typer.echo(f"{r['stage']}: E2E {r['e2e_fitted_s']:.3f} s vs {r['e2e_measured_s']:.3f} s measured")
-        typer.echo(f"wrote {path} (use: kvsim simulate ... --serving-stack {path})")
+    if from_results:
+        _fit_from([*from_results, *(data_dir or [])], out or Path("stack-profile.yaml"), name, model, tp, gpu,
+                  (max_num_batched_tokens, max_num_seqs, max_model_len), window_s)
         return
-    if data_dir is None:
+    for flag, v in (("--model", model), ("--max-num-batched-tokens", max_num_batched_tokens),
+                    ("--max-num-seqs", max_num_seqs), ("--max-model-len", max_model_len), ("--window-s", window_s)):
+        if v is not None:
+            raise ConfigError(f"{flag}: applies to `calibrate fit --from` only")
+    if data_dir and len(data_dir) > 1:
+        raise ConfigError(f"{' '.join(map(str, data_dir))}: one harness output dir (several results: use --from)")
+    if not data_dir:
         _fit_public(profiles, write)
         return
     from calibration.fit import summary_lines, write_fit
 
-    if not (data_dir / "meta.json").exists():
-        raise ConfigError(f"{data_dir}: no harness data (meta.json missing); run "
+    d = data_dir[0]
+    if not (d / "meta.json").exists():
+        raise ConfigError(f"{d}: no harness data (meta.json missing); run "
                           "`python -m calibration.run_gpu` on a GPU first")
-    path, doc = write_fit(data_dir, out)
+    path, doc = write_fit(d, out)
     for line in summary_lines(doc):
         typer.echo(line)
     typer.echo(f"wrote {path}")
