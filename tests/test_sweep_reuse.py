@@ -75,3 +75,18 @@ def test_cached_cost_model_is_shared_by_points_that_differ_in_knobs() -> None:
     assert a[2] is b[2] and a[1] != b[1]
     c = static.static_parts(make_config(block_size=16, gpu_memory_utilization=0.8, step_time_scale=1.5))
     assert c[2] is not a[2] and c[1] == a[1]
+
+
+@pytest.mark.parametrize("kw", [{"rate_scale": 4.0}, {"total_rate": 9.0}, {"arrival_jitter": False},
+                                {"seed": 5}])
+def test_reused_parsing_follows_the_arrival_knobs(kw: dict[str, object]) -> None:
+    """A point that changes only an arrival knob gets its own arrivals, never the first point's
+    (the coarse Mooncake slice, so the jitter and its seed matter too)."""
+    tr = load_trace(ROOT / "workloads" / "data" / "mooncake_conv_slice.jsonl")
+    reuse._ROWS.clear()
+    base = make_config()
+    reuse.fresh_requests(tr, base)
+    cfg = make_config(**kw)
+    got = [r.arrival_s for r in reuse.fresh_requests(tr, cfg)]
+    assert got == [r.arrival_s for r in make_requests(tr, cfg)]
+    assert got != [r.arrival_s for r in make_requests(tr, base)]

@@ -49,6 +49,12 @@ def _stamp(name: str | None) -> tuple[str, int, int] | None:
     return str(p), st.st_size, st.st_mtime_ns
 
 
+def _stack_stamp(name: str | None) -> tuple[str, int, int] | None:
+    """A serving-stack profile given as a file is stamped like any file argument (a fit rewrites
+    one path between replays: keyed by name alone, every replay would reuse the first profile)."""
+    return _stamp(name) if name and name.endswith((".yaml", ".yml")) else None
+
+
 def _put(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
     if len(cache) >= MAX_ENTRIES:
         cache.clear()
@@ -68,7 +74,8 @@ def static_parts(cfg: SimConfig) -> tuple[ModelSpec, KvBudget, StepCostModel]:
         got = (model, budget)
         _put(_BUDGETS, bkey, got)
     model, budget = got
-    ckey = (cfg.model, mstamp, cfg.kv_cache_dtype, _stamp(cfg.calibration), *cost_key(cfg))
+    ckey = (cfg.model, mstamp, cfg.kv_cache_dtype, _stamp(cfg.calibration), _stack_stamp(cfg.serving_stack),
+            *cost_key(cfg))
     cost = _COSTS.get(ckey)
     if cost is None:
         cost = cost_model_for(cfg, model)

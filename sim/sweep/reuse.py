@@ -3,8 +3,9 @@
 Requests are mutable (the engine writes their state and records into them), so a point can
 never reuse another's objects. What it can reuse is the parsing: ``make_requests`` reads the
 trace's columns and fans out ``n`` / beam samples; its result depends only on the trace and
-on two config switches (prefix caching: content keys; fork sharing: sequence groups). The
-first point of each (trace content hash, caching, fork) keeps one flat tuple per request;
+on a few config knobs (prefix caching: content keys; fork sharing: sequence groups; the
+arrival knobs). The
+first point of each (trace content hash, switches) keeps one flat tuple per request;
 later points rebuild Requests from those tuples with one positional call each, about three
 times faster than parsing again and giving equal Requests (the tests compare sweep rows).
 Sequence groups (paper-v0 fork mode) link requests to each other, so they are parsed again.
@@ -20,14 +21,17 @@ from sim.run.static import content_hash_of
 from workloads.schema import Trace
 
 Row = tuple[int, str, float, int, int, int, object, int]
-_ROWS: dict[tuple[str, bool, bool], list[Row] | None] = {}   # None: groups, parse every time
+_ROWS: dict[tuple[object, ...], list[Row] | None] = {}   # None: groups, parse every time
 MAX_TRACES = 8
 
 
-def switches(cfg: SimConfig) -> tuple[bool, bool]:
-    """The two config switches ``make_requests`` reads: (prefix caching, fork sharing)."""
+def switches(cfg: SimConfig) -> tuple[object, ...]:
+    """Every config knob ``make_requests`` reads: prefix caching and fork sharing (the requests'
+    content), and the arrival knobs (``sim.io.ingest.arrival_times``: jitter and its seed, the
+    rate rescaling). A sweep over ``rate_scale`` once reused its first point's arrivals."""
     return (bool(cfg.resolved("enable_prefix_caching")),
-            cfg.resolved("sharing") == "fork-cow" and cfg.allocator == "paged")
+            cfg.resolved("sharing") == "fork-cow" and cfg.allocator == "paged",
+            cfg.arrival_jitter, cfg.seed if cfg.arrival_jitter else None, cfg.total_rate, cfg.rate_scale)
 
 
 def fresh_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
