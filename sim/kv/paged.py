@@ -29,6 +29,7 @@ from sim.kv.window import KvGroup
 from sim.request import Request
 
 _breakdown = partial(tuple.__new__, MemoryBreakdown)  # MemoryBreakdown from a tuple, fast
+_COUNTING = ("allocate", "can_allocate", "blocks_needed")  # what fast-forward's window does inline
 
 
 class PagedAllocator(PrefixRegistration, KvCacheManager):
@@ -37,10 +38,18 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
     prefix cache, and when, is :class:`~sim.kv.paged_prefix.PrefixRegistration`'s."""
 
     plain_admission = True  # its admission arithmetic is KvAllocator's plain case (a subclass: not said)
+    #: its methods are these: the fused and compiled calls that stand in for them (``fresh_args``,
+    #: ``_take``, ``_cross``, ``cross_call``, the per-request loops) may be taken (a subclass: not said)
+    plain_methods = True
 
     def __init_subclass__(cls, **kw: object) -> None:
+        """A subclass may override any contract method (``can_allocate``, ``append_block``,
+        ``register_decoded_blocks`` ...), and a fused call would go past it: every such path is
+        off, with or without a C compiler, unless the subclass sets the flag in its own body."""
         super().__init_subclass__(**kw)
-        cls.plain_admission = False  # it may count otherwise: the waiting pass stays Python
+        for gate in ("plain_admission", "plain_methods"):
+            if gate not in vars(cls):
+                setattr(cls, gate, False)
 
     def __init__(
         self,
@@ -165,8 +174,12 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         return True
 
     @property
-    def decode_blocks(self) -> PagedAllocator:
-        return self
+    def decode_blocks(self) -> PagedAllocator | None:
+        """Itself; None (exact steps, ``sim/run/build.py``) for a subclass that counts blocks
+        its own way: fast-forward does its decoders' allocations from the pool's counts."""
+        cls = type(self)
+        plain = cls.plain_admission or all(getattr(cls, m) is getattr(PagedAllocator, m) for m in _COUNTING)
+        return self if plain else None
 
     def append_block(self, reqs: list[Request]) -> None:
         """Give each request one new block, in order (the caller checked there are enough)."""
@@ -210,6 +223,10 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
                 UNPUBLISHED, self.block_size, UNPUBLISHED if self.lazy_unique else None, self._register_decoded_one)
 
     def append_blocks(self, steps: list[list[Request]], n: int) -> None:
+        if not self.plain_methods:  # the same pops, through append_block (a subclass's override)
+            for g in steps:
+                self.append_block(g)
+            return
         new, g = self.pool.get_new_blocks(n), steps[0]
         if steps.count(g) == len(steps):  # one bucket of k: request i takes new[i], new[i + k], ...
             # (buckets are disjoint and not empty: one equals g only if it is g)

@@ -38,18 +38,21 @@ class PrefixRegistration:
     enable_caching: bool
     hasher: BlockHasher
     lazy_unique: bool
+    plain_methods: bool  # False (a subclass): no compiled loop, its own methods are called
 
     def _bind_table_loops(self) -> None:
-        """Hold the compiled loops as plain functions (copied and pickled by name), or None."""
+        """Hold the compiled loops as plain functions (copied and pickled by name), or None:
+        not built, or a subclass's (``plain_methods`` false: the loops would go past its overrides)."""
+        loops = TABLE_LOOPS if self.plain_methods else None
         self._append_each: Callable[[list[Request], list[int]], None] | None = \
-            getattr(TABLE_LOOPS, "append_each", None)
-        self._register_decoded: Callable[..., None] | None = getattr(TABLE_LOOPS, "register_decoded", None)
-        self._cross: Callable[..., int] | None = getattr(TABLE_LOOPS, "cross", None)
-        self._take: Callable[..., int] | None = getattr(TABLE_LOOPS, "take", None)
-        self._fresh: Callable[..., bool | None] | None = getattr(TABLE_LOOPS, "fresh", None)
-        self._mark_blocks: Callable[..., None] | None = getattr(TABLE_LOOPS, "mark_blocks", None)
-        self._lookup_unique: Callable[..., list[int]] | None = getattr(TABLE_LOOPS, "lookup_unique", None)
-        self._publish_marked: Callable[..., None] | None = getattr(TABLE_LOOPS, "publish", None)
+            getattr(loops, "append_each", None)
+        self._register_decoded: Callable[..., None] | None = getattr(loops, "register_decoded", None)
+        self._cross: Callable[..., int] | None = getattr(loops, "cross", None)
+        self._take: Callable[..., int] | None = getattr(loops, "take", None)
+        self._fresh: Callable[..., bool | None] | None = getattr(loops, "fresh", None)
+        self._mark_blocks: Callable[..., None] | None = getattr(loops, "mark_blocks", None)
+        self._lookup_unique: Callable[..., list[int]] | None = getattr(loops, "lookup_unique", None)
+        self._publish_marked: Callable[..., None] | None = getattr(loops, "publish", None)
 
     def get_computed_blocks(self, req: Request) -> list[int]:
         """Longest cached prefix, capped at ``num_tokens - 1`` and counted in whole blocks."""

@@ -1,0 +1,177 @@
+"""A subclass of the paged allocator is served by its own methods, with or without a C compiler.
+
+``PagedAllocator`` is the contract's extension point (``sim/kv/base.py``): a subclass may count
+blocks its own way (``can_allocate``) or hand them out its own way (``append_block``,
+``register_decoded_blocks``). The calls that stand in for those methods on the base class --
+the compiled ``fresh_args``, ``_take``, ``_cross`` and per-request loops, and fast-forward's
+block counts done inline -- must never go past an override; else a subclass's answer would
+depend on whether a C compiler was there at install.
+
+Each check runs both ways: compiled (this process, the extensions as built; skipped, with the
+reason, where they were not) and pure Python (``paged_prefix.TABLE_LOOPS`` set to None, or a
+subprocess with ``KVSIM_PURE_PYTHON=1`` for whole simulations).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pandas as pd
+import pytest
+
+from sim.kv import block_pool, paged_prefix
+from sim.kv.paged import PagedAllocator
+from sim.request import Request
+from tests.helpers import REPO, conv_slice, pool_loops, req, require_built, table_loops
+
+HELD_BACK = 9
+
+
+class Holding(PagedAllocator):
+    """Keeps 9 free blocks out of every allocation (the issue's example)."""
+
+    def can_allocate(self, req: Request, num_new_tokens: int, hits: Any = (), *, reserve: int = 0) -> int:
+        return super().can_allocate(req, num_new_tokens, hits, reserve=reserve + HELD_BACK)
+
+
+class Counting(PagedAllocator):
+    """The base class's blocks, counting the calls of its two fast-forward methods."""
+
+    calls: ClassVar[Counter[str]] = Counter()
+
+    def append_block(self, reqs: list[Request]) -> None:
+        Counting.calls["append_block"] += len(reqs)
+        super().append_block(reqs)
+
+    def register_decoded_blocks(self, reqs: list[Request], ahead: int) -> None:
+        Counting.calls["register_decoded_blocks"] += len(reqs)
+        super().register_decoded_blocks(reqs, ahead)
+
+
+class SaysPlain(PagedAllocator):
+    """A subclass that opts in: its methods and arithmetic are the base class's."""
+
+    plain_admission = True
+    plain_methods = True
+
+
+KINDS: dict[str, type[PagedAllocator]] = {"paged": PagedAllocator, "holding": Holding, "counting": Counting}
+CONFIGS: dict[str, dict[str, Any]] = {
+    "async": dict(max_model_len=4096, num_gpu_blocks=300),  # preempts: a tight pool
+    "sync": dict(max_model_len=4096, num_gpu_blocks=300, async_scheduling=False),
+}
+
+
+def simulate_with(kind: str, config: str, exact: bool) -> tuple[pd.DataFrame, pd.DataFrame, int, dict[str, int]]:
+    """200 conv requests on ``kind``'s allocator: requests, steps, fast-forwarded steps, calls."""
+    from sim.config import make_config
+    from sim.run import build
+    from sim.run.simulate import simulate
+
+    Counting.calls.clear()
+    plain, build.PagedAllocator = build.PagedAllocator, KINDS[kind]  # type: ignore[misc]  # the run's class, swapped
+    try:
+        res = simulate(make_config(**CONFIGS[config], exact_steps=exact), conv_slice(200, 4.0), check=True)
+    finally:
+        build.PagedAllocator = plain  # type: ignore[misc]  # and put back
+    return res.requests, res.steps, res.summary.fast_forward_steps, dict(Counting.calls)
+
+
+def pure_python(runs: list[tuple[str, str, bool]], tmp: Path) -> list[Any]:
+    """:func:`simulate_with` for each run, in a subprocess with ``KVSIM_PURE_PYTHON=1``."""
+    out = tmp / "runs.pkl"
+    code = ("import pickle, sys; from tests.test_kv_subclass_contract import simulate_with as s; "
+            f"pickle.dump([s(*r) for r in {runs!r}], open(sys.argv[1], 'wb'))")
+    env = {**os.environ, "KVSIM_PURE_PYTHON": "1", "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", code, str(out)], cwd=REPO, env=env, check=True)
+    with out.open("rb") as f:
+        return pickle.load(f)  # type: ignore[no-any-return]  # our own subprocess's list
+
+
+def require_compiled() -> None:
+    """Skip, with the reason, where this process runs the pure-Python paths."""
+    from sim.sched import waiting_pass
+
+    require_built(paged_prefix.TABLE_LOOPS, "sim/kv/_table_loops.c")
+    require_built(waiting_pass.PLAIN, "sim/sched/_admit.c")
+
+
+def loops(monkeypatch: pytest.MonkeyPatch, which: str) -> None:
+    """The pool's and the allocator's compiled loops (``which``: "compiled" or "python")."""
+    monkeypatch.setattr(block_pool, "LOOPS", pool_loops(which))
+    monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
+
+
+def assert_same(a: Any, b: Any) -> None:
+    pd.testing.assert_frame_equal(a[0], b[0], check_exact=True)
+    pd.testing.assert_frame_equal(a[1], b[1], check_exact=True)
+
+
+def test_a_subclass_gets_no_compiled_call_unless_it_says_its_methods_are_plain(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    loops(monkeypatch, "compiled")
+
+    def fused(kv: PagedAllocator) -> list[bool]:
+        return [x is not None for x in (kv.fresh_args, kv._take, kv._cross, kv.cross_call(), kv._register_decoded)]
+
+    assert all(fused(PagedAllocator(20, 4))) and all(fused(SaysPlain(20, 4)))
+    for cls in (Holding, Counting):
+        assert not any(fused(cls(20, 4))), cls.__name__
+        assert not cls.plain_admission and not cls.plain_methods
+
+
+@pytest.mark.parametrize("which", ["compiled", "python"])
+def test_an_allocator_that_holds_back_9_blocks_is_refused_either_way(which: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new table (``fresh_args``' path) and a table that grows (``_take``'s): 19 usable blocks,
+    12 asked for, 7 left -- the base class gives them, the subclass refuses and takes nothing."""
+    loops(monkeypatch, which)
+    for cls, admits in ((PagedAllocator, True), (Holding, False)):
+        kv = cls(20, 4)
+        new, grows = req(0, 48), req(1, 48)
+        assert kv.allocate(new, 48) is admits, (cls.__name__, "a new table")
+        kv.free(new)
+        assert kv.allocate(grows, 16)  # 4 blocks: 15 left, 9 held back
+        grows.num_computed_tokens = 16
+        assert kv.allocate(grows, 32) is admits, (cls.__name__, "a table that grows")
+        assert kv.num_held_blocks(grows) == (12 if admits else 4)
+        assert kv.num_free_blocks == kv.usable_blocks - kv.num_held_blocks(grows)
+        kv.check([grows])
+
+
+def test_a_simulation_on_the_holding_allocator_is_the_same_compiled_and_in_pure_python(tmp_path: Path) -> None:
+    """Fast-forward and exact steps, compiled and pure: one answer, and not the base class's."""
+    require_compiled()
+    runs = [("holding", "async", False), ("holding", "async", True), ("holding", "sync", False)]
+    pure = pure_python(runs, tmp_path)
+    here = [simulate_with(*r) for r in runs]
+    for c, p in zip(here, pure, strict=True):
+        assert_same(c, p)
+    assert_same(here[0], here[1])  # fast-forward asks for exact steps where the counting is its own
+    base = simulate_with("paged", "async", True)
+    assert base[0]["num_preemptions"].sum() != here[1][0]["num_preemptions"].sum(), \
+        "holding back 9 blocks changed nothing: the test proves nothing"
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_overriding_append_block_and_register_decoded_blocks_are_called_when_fast_forwarding(
+        config: str, tmp_path: Path) -> None:
+    """Decoders cross block boundaries in bulk through the subclass's own methods, compiled and
+    pure, and the run is the base class's and its exact steps' (where blocks are taken by
+    ``allocate``, step by step: neither method is part of an exact step)."""
+    require_compiled()
+    (pure,) = pure_python([("counting", config, False)], tmp_path)
+    ff, exact, base = (simulate_with("counting", config, False), simulate_with("counting", config, True),
+                       simulate_with("paged", config, False))
+    for run in (ff, pure):
+        assert run[2] > 0, "no step was fast-forwarded: the test proves nothing"
+        assert run[3].get("append_block", 0) > 0 and run[3].get("register_decoded_blocks", 0) > 0, run[3]
+    assert ff[3] == pure[3], "the overrides were called otherwise compiled and in pure Python"
+    for other in (pure, exact, base):
+        assert_same(ff, other)
