@@ -130,11 +130,9 @@ class Recorder:
 
     def step_time(self, batch: StepBatch) -> float:
         t = float(self.inner.step_time(batch))
-        f, d, a = self.inner.kernel_parts(batch)
-        floor = 0.0
-        if f + d + a and self.inner.busy_time(batch) <= self.inner.roofline_floor(batch) * (1 + 1e-9):
-            f = d = a = 0.0  # at the roofline floor: the kernel coefficients do not move this step
-            floor = self.inner.roofline_floor(batch)
+        # busy time = eta f + eta_tok d + eta_attn a + held: the parts held at their physics floor
+        # do not move with the stack's multipliers (CalibratedCost.stack_parts)
+        f, d, a, floor = self.inner.stack_parts(batch)
         busy = 1.0 if batch.num_tokens else 0.0
         self.rows.append((f, d, a, busy, float(batch.num_seqs) * busy, 1.0 if batch.prefill_tokens else 0.0, floor))
         return t

@@ -4,55 +4,46 @@ Per step (kernel-and-calibration.md §6.2, with the stack of :mod:`sim.cost.stac
 
     t_gpu = L (t_attn + t_gemm(QKV, O) + t_elementwise + t_kv_write) + L_dense t_gemm(up, down)
             + t_moe (sim/cost/moe.py) + t_gemm(LM head, rows = sequences) + 2 L t_allreduce(TP)
-    t     = eta[tp] t_fixed + eta_tok t_dense(N) + eta_attn t_attn(KV, pairs)   (kernel_parts)
-            [max L launch_s when launch-bound] + cpu_s[tp] + per_seq_s seqs
+    t     = eta[tp] t_fixed + eta_tok t_dense(N) + eta_attn t_attn(KV, pairs), each part held at its
+            floor [max L launch_s when launch-bound] + cpu_s[tp] + per_seq_s seqs
             + [prefill] (prefill_s + prefill_n2_s sum_i chunk_i^2) + t_swap
     t     = t + sched (async scheduling off)  |  max(t, sched) (on: the CPU plans step k+1 while k runs)
 
+Held at its floor (:mod:`sim.cost.floor`): the token-count part is never below its weights touched
+nor its FLOPs, the LM head's likewise, eta_attn x the KV and pair coefficients never below the KV
+read and attention FLOPs; so no step beats max(memory, compute), whatever the multipliers.
 The up projection is 2 x ffn wide for a gated MLP (``ModelSpec.gated_mlp``), ffn otherwise.
-Each GPU term takes the best calibration file (:mod:`sim.cost.sources`); the model's ``basis``
-says whether everything was measured for this GPU and TP (``fitted``) or some term was scaled
-from another GPU or TP (``extrapolated``, with how), and carries the fit's error band.
-
-``step_time`` runs once per simulated step: every coefficient is folded with the model's
-shapes here, and the token-count-dependent dense part is memoised per token count.
+Each GPU term takes the best calibration file (:mod:`sim.cost.sources`); ``basis`` says whether
+all was measured for this GPU and TP (``fitted``) or scaled from another (``extrapolated``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sim.cost.batch import CostBasis, StepBatch
 from sim.cost.bulk import DecodeTerms
+from sim.cost.floor import build_floor, held_attention
 from sim.cost.labels import basis_of_terms, labels_of
-from sim.cost.moe import MoeCost, build_moe, moe_inactive_params, moe_layers
+from sim.cost.moe import MoeCost, build_moe, moe_layers
 from sim.cost.roofline import allreduce_time
-from sim.cost.sources import (
-    Source,
-    Term,
-    allreduce_term,
-    copy_term,
-    pick,
-    resolve,
-)
+from sim.cost.sources import Source, Term, allreduce_term, copy_term, pick, resolve
 from sim.cost.stack import DEFAULT_STACK, ServingStack, resolve_stack
 from sim.errors import ConfigError
 from sim.model.catalog import GpuSpec, ModelSpec
 
-NO_DATA = ("no calibration data committed yet; run calibration/run_gpu.py on a GPU, "
-           "or use --cost-model roofline")
+NO_DATA = "no calibration data committed yet; run calibration/run_gpu.py on a GPU, or use --cost-model roofline"
 ETA_BW, ETA_C = 0.9, 0.8  # roofline fallback for a term no file covers (H200 measurement, specs.md)
 GEMM_KEYS = ("c0", "c_w", "c_act", "c_fl", "c_roof")
-PREFILLS_KEPT = 1 << 12  # prefill-only step times remembered, then forgotten all at once: about 1 MB
-# (the conv trace has 2,339 distinct prompt lengths; sim/run/static.py keeps up to 256 cost models)
+PREFILLS_KEPT = 1 << 12  # prefill-only step times kept, then forgotten at once: ~1 MB (conv trace: 2,339 prompts)
 
 
 class CalibratedCost:
     """A StepCostModel with every coefficient folded with the model's shapes."""
 
-    __slots__ = (
-        "_async", "_attn", "_basis", "_cpu", "_d2h", "_dense", "_eta", "_eta_attn", "_eta_tok", "_fixed",
-        "_floor", "_fn", "_fs", "_gemms", "_h2d", "_idle", "_lm", "_moe", "_per_seq", "_pf", "_pf2", "_prefills", "_roof",
-        "_sched", "_slab", "gpu", "labels", "model", "stack", "tp",
-    )
+    __slots__ = ("_a0e", "_async", "_attn", "_basis", "_battn", "_bn", "_bs", "_bslab", "_cpu", "_d2h", "_dense",
+                 "_eta", "_eta_attn", "_eta_tok", "_fixed", "_floor", "_fn", "_fs", "_gemms", "_h2d", "_lm", "_moe",
+                 "_per_seq", "_pf", "_pf2", "_phys", "_prefills", "_sched", "_slab", "gpu", "labels", "model", "stack", "tp")
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, terms: dict[str, Term | None],
                  stack: ServingStack, copy: dict[str, float] | None, basis: CostBasis,
@@ -61,12 +52,13 @@ class CalibratedCost:
         self.model, self.gpu, self.tp, self.stack, self.labels, self._basis = model, gpu, tp, stack, labels, basis
         m, L, nb = model, model.layers, model.dtype_bytes
         hq, hkv, d, ffn = max(1, m.heads // tp), m.kv_heads_per_gpu(tp), m.head_dim, m.ffn // tp
+        kvb = m.layer_bytes_per_token(tp)  # K and V at the KV dtype; MLA: the latent, whole on every rank
         paged, slab = terms["attention"], terms["attention_slab"]
         assert paged is not None and slab is not None
 
         def fold(c: dict[str, float]) -> tuple[float, ...]:
             return (L * c.get("c0", 0.0), L * c.get("c_seq", 0.0), L * c.get("c_row", 0.0) * hq * d * 2 * nb,
-                    L * c.get("c_kv", 0.0) * 2 * hkv * d * nb, L * c.get("c_fl", 0.0) * 4 * hq * d,
+                    L * c.get("c_kv", 0.0) * kvb, L * c.get("c_fl", 0.0) * 4 * hq * d,
                     L * c.get("c_pg", 0.0) * hkv)
 
         self._attn, self._slab = fold(paged.coef), fold(slab.coef)
@@ -80,7 +72,7 @@ class CalibratedCost:
         self._moe: MoeCost | None = build_moe(
             m, tp, expert_parallel, lambda k, mm, n, wb: self._gemm_line(gemm, k, mm, n, wb))
         elem = terms["elementwise"]
-        kvw = 2 * hkv * d * nb * 2 / (ETA_BW * gpu.bandwidth_bps)  # read new K/V + write to cache
+        kvw = kvb * 2 / (ETA_BW * gpu.bandwidth_bps)  # read new K/V + write to cache
         if elem is not None:
             e = elem.coef
             dense0, dense1 = L * e.get("c0", 0.0), L * (e.get("c_h", 0.0) * m.hidden * nb + e.get("c_f", 0.0) * ffn * nb + kvw)
@@ -96,17 +88,18 @@ class CalibratedCost:
         self._floor = L * stack.launch_floor(enforce_eager)
         self._async, self._sched = async_scheduling, (stack.sched_s, stack.sched_per_seq_s)
         self._per_seq, self._pf, self._pf2 = stack.per_seq_s, stack.prefill_s, stack.prefill_n2_s
-        self._idle = self._cpu
-        self._h2d = 1.0 / ((copy or {}).get("h2d_gbps", gpu.pcie_gbps) * 1e9)
-        self._d2h = 1.0 / ((copy or {}).get("d2h_gbps", gpu.pcie_gbps) * 1e9)
-        self._fn: dict[int, float] = {}
-        self._prefills: dict[StepBatch, float] = {}
-        self._fs: dict[int, float] = {}
-        self._fixed = self._n_part(0) + self._s_part(0) + self._attn[0]  # token-independent kernel time
+        self._h2d, self._d2h = (1.0 / ((copy or {}).get(f"{way}_gbps", gpu.pcie_gbps) * 1e9) for way in ("h2d", "d2h"))
         self._eta_tok = stack.eta_tok or self._eta
         self._eta_attn = stack.eta_attn or self._eta_tok
-        active = m.params_b * 1e9 - (moe_inactive_params(m) if m.is_moe else 0.0)
-        self._roof = (0.0 if m.is_moe else m.weight_bytes / tp / gpu.bandwidth_bps, 2.0 * active / tp / gpu.flops)
+        self._phys = ph = build_floor(m, gpu, tp)
+        memo: Callable[[], dict[int, float]] = dict  # token count and LM head parts: kernels, as run
+        self._fn, self._bn, self._fs, self._bs = memo(), memo(), memo(), memo()
+        self._prefills: dict[StepBatch, float] = {}
+        self._n_part(0), self._s_part(0)
+        self._fixed = self._fn[0] + self._fs[0] + self._attn[0]  # token-independent kernel time
+        self._a0e = self._eta * self._attn[0]
+        self._battn, self._bslab = (held_attention(c, self._eta_attn, ph, paged=p)
+                                    for c, p in ((self._attn, True), (self._slab, False)))
 
     def _gemm_line(self, gemm: Term | None, k: int, mm: int, times: int,
                    weight_bytes: float | None = None) -> tuple[float, float, float, float, float]:
@@ -127,7 +120,8 @@ class CalibratedCost:
         return c + s * n + (a if a > b else b)
 
     def _n_part(self, n: int) -> float:
-        """Everything that depends only on the step's token count (dense layers, all-reduce)."""
+        """Everything that depends only on the step's token count (dense layers, all-reduce), memoised
+        as kernel time (``_fn``) and as the stack runs it, held at its floor (``_bn``, returned)."""
         d0, d1, analytic_ar = self._dense
         t = d0 + d1 * n + sum(self._line(g, n) for g in self._gemms)
         if self._moe is not None:
@@ -135,12 +129,17 @@ class CalibratedCost:
         if analytic_ar:
             t += allreduce_time(self.model, self.gpu, self.tp, n)
         self._fn[n] = t
-        return t
+        f0 = self._fn.get(0, t)  # as the stack runs it: never below its weights touched nor its FLOPs
+        b = self._bn[n] = max(self._eta * f0 + self._eta_tok * (t - f0), *self._phys.tokens(n))
+        return b
 
     def _s_part(self, seqs: int) -> float:
+        """The LM head of ``seqs`` sequences (memoised like :meth:`_n_part`)."""
         t = self._line(self._lm, seqs)
         self._fs[seqs] = t
-        return t
+        f0 = self._fs.get(0, t)
+        b = self._bs[seqs] = max(self._eta * f0 + self._eta_tok * (t - f0), *self._phys.seqs(seqs))
+        return b
 
     @property
     def name(self) -> str:
@@ -156,42 +155,58 @@ class CalibratedCost:
         n, seqs = pt + dec, ps + dec
         if n == 0:
             return 0.0, 0.0, 0.0
-        fn = self._fn.get(n)
-        if fn is None:
-            fn = self._n_part(n)
-        fs = self._fs.get(seqs)
-        if fs is None:
-            fs = self._s_part(seqs)
+        for memo, part, key in ((self._fn, self._n_part, n), (self._fs, self._s_part, seqs)):
+            if key not in memo:
+                part(key)
+        fn, fs = self._fn[n], self._fs[seqs]
         a0, a_seq, a_row, a_kv, a_fl, a_pg = self._attn if bsz > 0 else self._slab
         attn = (a_seq * seqs + a_row * n + a_kv * (dctx + pctx) + a_fl * (pairs + dctx)
                 + (a_pg * pages if bsz > 0 else 0.0))
-        f0 = self._fixed
-        return f0, fn + fs + a0 - f0, attn
+        return self._fixed, fn + fs + a0 - self._fixed, attn
+
+    def stack_parts(self, b: StepBatch) -> tuple[float, float, float, float]:
+        """(fixed, dense, attention, held): ``busy_time`` = eta fixed + eta_tok dense + eta_attn attention
+        + held; a part held at its floor is in ``held``, which no stack coefficient moves (for stack fits)."""
+        f, d, a = self.kernel_parts(b)
+        held, n, seqs = 0.0, b.num_tokens, b.num_seqs
+        for raw, kept, key in ((self._fn, self._bn, n), (self._fs, self._bs, seqs)):
+            r0, r = raw[0], raw[key]
+            if n and kept[key] > self._eta * r0 + self._eta_tok * (r - r0):
+                f, d, held = f - r0, d - (r - r0), held + kept[key]
+        raw_a, kept_a = (self._attn, self._battn) if b.block_size > 0 else (self._slab, self._bslab)
+        for i, x in ((3, b.decode_context_tokens + b.prefill_context_tokens),
+                     (4, b.prefill_attn_pairs + b.decode_context_tokens)):
+            if n and kept_a[i] > raw_a[i]:
+                a, held = a - raw_a[i] * x, held + self._eta_attn * kept_a[i] * x
+        return f, d, a, held
 
     def gpu_time(self, b: StepBatch) -> float:
         """Kernel time of the step on one GPU (attention, dense, LM head, all-reduce), no stack."""
-        f, d, a = self.kernel_parts(b)
-        return f + d + a
+        return sum(self.kernel_parts(b))
 
     def roofline_floor(self, b: StepBatch) -> float:
-        """No step is faster than its dense FLOPs at the datasheet peak (nor, for a dense model,
-        than reading its weights once at peak bandwidth): a stack's efficiency factors fitted on
-        small batches never make a long prefill faster than the GPU can compute it."""
-        n = b.prefill_tokens + b.num_decode_seqs
-        t = self._roof[1] * n
-        return t if t > self._roof[0] else self._roof[0]
+        """The step's physics floor (:mod:`sim.cost.floor`); ``busy_time`` holds each part above it."""
+        return self._phys.step(b)
 
     def busy_time(self, b: StepBatch) -> float:
-        """The stack's kernel time of the step (efficiencies applied, roofline floor), no CPU terms."""
-        f, d, a = self.kernel_parts(b)
-        t = self._eta * f + self._eta_tok * d + self._eta_attn * a
-        r = self.roofline_floor(b)
-        return t if t > r else r
+        """The stack's kernel time of the step, each multiplied part held at its floor, no CPU terms."""
+        (pt, ps, pairs, pctx, dec, dctx, pages, bsz, _, _, _) = b
+        n, seqs = pt + dec, ps + dec
+        if n == 0:
+            return 0.0
+        bn = self._bn.get(n)
+        if bn is None:
+            bn = self._n_part(n)
+        bs = self._bs.get(seqs)
+        if bs is None:
+            bs = self._s_part(seqs)
+        _, a_seq, a_row, a_kv, a_fl, a_pg = self._battn if bsz > 0 else self._bslab
+        t = bn + bs + self._a0e + self._eta_attn * (
+            a_seq * seqs + a_row * n + a_kv * (dctx + pctx) + a_fl * (pairs + dctx) + a_pg * pages)
+        return 0.0 if t < 0.0 else t  # DecodeTerms' roof, 0: the floor is in the parts
 
     def step_time(self, batch: StepBatch) -> float:
-        """A step's time. A prefill-only step (no decodes: a request reaching an idle replica,
-        once a request in a day on many replicas) is looked up: its batch depends on the prompt
-        alone, and the prompts of a trace repeat. Other batches seldom repeat: computed."""
+        """A step's time; a prefill-only step (its prompt alone decides it; prompts repeat) is looked up."""
         if batch[4] or not batch[0]:
             return self._step_time(batch)
         t = self._prefills.get(batch)
@@ -204,7 +219,7 @@ class CalibratedCost:
     def _step_time(self, batch: StepBatch) -> float:
         pt, ps, dec, so, si = batch[0], batch[1], batch[4], batch[8], batch[9]
         if pt + dec == 0:
-            return self._idle + (self._swap(batch) if so or si else 0.0)
+            return self._cpu + (self._swap(batch) if so or si else 0.0)
         t = self.busy_time(batch)
         if t < self._floor:
             t = self._floor
@@ -220,27 +235,13 @@ class CalibratedCost:
         return t if t > sched else sched
 
     def decode_terms(self, seqs: int, block_size: int) -> DecodeTerms:
-        """:meth:`step_time` of a decode-only step of ``seqs`` sequences, folded but for its
-        context tokens and pages (fast-forward, :mod:`sim.cost.bulk`): the terms that do not
-        depend on them, in the order :meth:`kernel_parts`, :meth:`busy_time` and
-        :meth:`step_time` use them."""
-        fn = self._fn.get(seqs)
-        if fn is None:
-            fn = self._n_part(seqs)
-        fs = self._fs.get(seqs)
-        if fs is None:
-            fs = self._s_part(seqs)
-        a0, a_seq, a_row, a_kv, a_fl, a_pg = self._attn if block_size > 0 else self._slab
-        f0 = self._fixed
-        t_r = self._roof[1] * seqs
-        return DecodeTerms(
-            dense=self._eta * f0 + self._eta_tok * (fn + fs + a0 - f0),  # busy_time, first two terms
-            eta_attn=self._eta_attn,
-            head=a_seq * seqs + a_row * seqs,  # kernel_parts' attention, first two terms (n == seqs)
-            a_kv=a_kv, a_fl=a_fl,
-            a_pg=a_pg if block_size > 0 else 0.0,  # kernel_parts adds 0.0 for a contiguous KV
-            roof=t_r if t_r > self._roof[0] else self._roof[0],
-            floor=self._floor, tail=self._cpu + self._per_seq * seqs,
+        """:meth:`step_time` of ``seqs`` decodes folded but for their context tokens and pages
+        (:mod:`sim.cost.bulk`), in the order :meth:`busy_time` and :meth:`step_time` use them."""
+        bn, bs = self._bn.get(seqs) or self._n_part(seqs), self._bs.get(seqs) or self._s_part(seqs)
+        _, a_seq, a_row, a_kv, a_fl, a_pg = self._battn if block_size > 0 else self._bslab
+        return DecodeTerms(  # head: busy_time's attention, first two terms (n == seqs)
+            dense=bn + bs + self._a0e, eta_attn=self._eta_attn, head=a_seq * seqs + a_row * seqs,
+            a_kv=a_kv, a_fl=a_fl, a_pg=a_pg, roof=0.0, floor=self._floor, tail=self._cpu + self._per_seq * seqs,
             sched=self._sched[0] + self._sched[1] * seqs, is_async=self._async)
 
     def _swap(self, b: StepBatch) -> float:
@@ -248,12 +249,13 @@ class CalibratedCost:
 
     def parts(self, b: StepBatch) -> dict[str, float]:
         """The step's time split into named parts (seconds); they add up to ``step_time``."""
-        gpu = self.gpu_time(b)
-        busy = self.busy_time(b)
+        f, d, a = self.kernel_parts(b)
+        gpu, stacked, busy = f + d + a, self._eta * f + self._eta_tok * d + self._eta_attn * a, self.busy_time(b)
         launch = max(0.0, self._floor - busy) if b.num_tokens else 0.0
         pf = (self._pf + self._pf2 * _sq_chunks(b)) if b.prefill_tokens else 0.0
-        out = {"gpu_kernels": gpu, "stack_kernel_overhead": busy - gpu, "launch_bound_wait": launch,
-               "cpu_step": self._cpu, "cpu_per_seq": self._per_seq * b.num_seqs if b.num_tokens else 0.0,
+        out = {"gpu_kernels": gpu, "stack_kernel_overhead": stacked - gpu, "physics_floor": busy - stacked,
+               "launch_bound_wait": launch, "cpu_step": self._cpu,
+               "cpu_per_seq": self._per_seq * b.num_seqs if b.num_tokens else 0.0,
                "prefill_overhead": pf, "swap": self._swap(b)}
         rest = sum(out.values())
         sched = self._sched[0] + self._sched[1] * b.num_seqs if b.num_tokens else 0.0

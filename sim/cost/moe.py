@@ -11,8 +11,15 @@ Per MoE layer and step of N tokens, with E routed experts, top-k routing, expert
                                EP (``enable_expert_parallel``) with one data-parallel rank gives
                                each GPU E / TP whole experts; its tokens are already replicated
                                by the attention all-reduce and the partial outputs are combined
-                               by the same all-reduce, so EP changes the GEMM shapes (whole
-                               experts), not the bytes, FLOPs or communication per GPU
+                               by the same all-reduce (vLLM uses all-to-all kernels only when EP
+                               spans data-parallel ranks, ``FusedMoEParallelConfig.use_all2all_kernels``:
+                               kvsim has no data parallelism, so there is no all-to-all term)
+    TP versus EP               TP: every GPU reads 1 / TP of each of the D(N) touched experts. EP: the
+                               step waits for the busiest GPU, which holds more of the touched experts
+                               than D(N) / TP at small N (expected maximum over the GPUs, each GPU's
+                               count taken as Binomial(E / TP, D(N) / E)): Mixtral, one token, two
+                               GPUs: 1.46 experts' weights on the busiest GPU, 1.0 under TP.
+                               Rows per GPU: N k / TP in expectation under both.
 
 Decode at small N reads only the experts its tokens touch, which is why a MoE decodes faster
 than a dense model of its total size; prefill computes k experts per token. The model's leading
@@ -44,6 +51,26 @@ def expert_bytes_per_weight(model: ModelSpec) -> float:
     return q.bits_per_weight / 8 if q is not None else float(model.dtype_bytes)
 
 
+def busiest_gpu_experts(tokens: float, experts: int, top_k: int, gpus: int) -> float:
+    """Expected touched experts on the busiest of ``gpus`` GPUs holding ``experts / gpus`` whole
+    experts each (expert parallelism): E[max] of ``gpus`` Binomial(E / gpus, p) counts, p the chance
+    that one expert is touched (the counts taken as independent: within 3 % of a simulation of
+    Mixtral's routing on 2 GPUs at N = 1..4). Never below the mean, D(N) / gpus."""
+    if tokens <= 0 or experts <= 0:
+        return 0.0
+    per, p = experts // gpus, 1.0 - (1.0 - top_k / experts) ** tokens
+    if gpus <= 1 or per < 1:  # not expert-parallel (or fewer experts than GPUs): the mean
+        return distinct_experts(tokens, experts, top_k) / max(1, gpus)
+    if p >= 1.0:
+        return float(per)
+    pmf, cdf, mean_max = (1.0 - p) ** per, 0.0, 0.0
+    for j in range(per):            # E[max] = sum_j P(max > j) = sum_j 1 - F(j)^gpus
+        cdf += pmf
+        mean_max += 1.0 - min(1.0, cdf) ** gpus
+        pmf *= (per - j) / (j + 1) * p / (1.0 - p)
+    return mean_max
+
+
 @dataclass(frozen=True, slots=True)
 class MoeCost:
     """A MoE model's expert MLPs with every coefficient folded (one instance per cost model)."""
@@ -55,12 +82,16 @@ class MoeCost:
     down: Line
     shared: tuple[Line, ...]    # shared experts (dense, every token)
     router: Line
+    ep: int = 1                 # expert-parallel GPUs (1: experts sharded by TP)
 
     def time(self, n: int) -> float:
         """Seconds of the step's expert MLPs (all MoE layers) for ``n`` tokens."""
         if n <= 0:
             return 0.0
-        d = distinct_experts(n, self.experts, self.top_k)
+        if self.ep > 1:
+            d = busiest_gpu_experts(n, self.experts, self.top_k, self.ep)
+        else:
+            d = distinct_experts(n, self.experts, self.top_k)
         rows = n * self.top_k
         t = 0.0
         for c, s, rw, rn, rf in (self.up, self.down):
@@ -85,9 +116,9 @@ def moe_inactive_params(model: ModelSpec) -> float:
 def build_moe(model: ModelSpec, tp: int, expert_parallel: bool, line_of: LineOf) -> MoeCost | None:
     """The folded MoE term, or None for a dense model.
 
-    TP (vLLM's default for MoE) shards every expert's width over the GPUs; EP gives each GPU
-    E / TP whole experts, so a GPU reads D(N) / TP experts' full weights and computes N k / TP
-    rows: the same bytes and FLOPs per GPU, different communication.
+    TP (vLLM's default for MoE) shards every expert's width over the GPUs, and a GPU reads 1 / TP
+    of each of D(N) experts; EP gives each GPU E / TP whole experts, and the busiest GPU reads its
+    touched experts whole (:func:`busiest_gpu_experts`) and computes N k / TP rows.
     """
     L = moe_layers(model)
     if L == 0:
@@ -96,14 +127,14 @@ def build_moe(model: ModelSpec, tp: int, expert_parallel: bool, line_of: LineOf)
     wb = expert_bytes_per_weight(model)
     ep = tp if expert_parallel and tp > 1 else 1
     f_gpu = f if ep > 1 else max(1, f // tp)
-    per = 1.0 / ep  # each GPU holds 1 / ep of the experts and gets 1 / ep of the routed rows
+    per = 1.0 / ep  # each GPU gets 1 / ep of the routed rows; its weight reads go by its touched experts
 
     def scaled(ln: Line) -> Line:
         c, s, rw, rn, rf = ln
-        return (c * per, s * per, rw * per, rn * per, rf * per)
+        return (c * per, s * per, rw, rn * per, rf * per)
 
     up, down = scaled(line_of(h, 2 * f_gpu, L, wb)), scaled(line_of(f_gpu, h, L, wb))
     nb = model.dtype_bytes
     sf = max(1, model.shared_experts * f // tp)
     shared = (line_of(h, 2 * sf, L, nb), line_of(sf, h, L, nb)) if model.shared_experts else ()
-    return MoeCost(L, E, k, up, down, shared, line_of(h, E, L, nb))
+    return MoeCost(L, E, k, up, down, shared, line_of(h, E, L, nb), ep)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.cost.batch import CostBasis, StepBatch
+from sim.cost.floor import PhysicsFloor, build_floor
 from sim.model.catalog import GpuSpec, ModelSpec
 
 
@@ -34,7 +35,9 @@ class RooflineCost:
     tokens + attention (4 x head_dim x heads x layers per query-key pair). A per-page overhead
     (``page_overhead_s``) models the kernel's cost of gathering scattered pages; a fixed
     per-step launch/scheduling overhead is added. Efficiency factors default to the H200
-    measurements in specs.md (eta_bw 0.9, eta_c 0.8) -- still a guess for other GPUs.
+    measurements in specs.md (eta_bw 0.9, eta_c 0.8) -- still a guess for other GPUs. Its byte and
+    FLOP counts exceed the physics floor's (:mod:`sim.cost.floor`: every weight, every layer's KV,
+    the BF16 peak); the kernel time is still held at that floor, so no step can beat it.
     """
 
     model: ModelSpec
@@ -46,6 +49,7 @@ class RooflineCost:
     page_overhead_s: float = 2e-9
     pcie_block_overhead_s: float = 1e-5
     _c: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False)
+    _floor: PhysicsFloor | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -68,6 +72,7 @@ class RooflineCost:
             self.page_overhead_s * m.layers,                       # per page touched
         )
         object.__setattr__(self, "_c", consts)
+        object.__setattr__(self, "_floor", build_floor(m, g, tp))
 
     def step_time(self, batch: StepBatch) -> float:
         (prefill_tokens, _, pairs, prefill_ctx, decodes, decode_ctx, pages, _,
@@ -78,7 +83,8 @@ class RooflineCost:
         w_bytes, kv_tok, attn_per_pair, flops_per_tok, bw, peak, per_page = self._c
         nbytes = w_bytes + kv_tok * (decode_ctx + prefill_ctx + tokens)
         flops = flops_per_tok * tokens + attn_per_pair * (pairs + decode_ctx)
-        t = max(nbytes / bw, flops / peak) + per_page * pages
+        floor = self._floor.step(batch) if self._floor is not None else 0.0
+        t = max(nbytes / bw, flops / peak, floor) + per_page * pages
         if self.tp > 1:
             t += allreduce_time(self.model, self.gpu, self.tp, tokens)
         if swap_in or swap_out:

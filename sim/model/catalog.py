@@ -136,6 +136,10 @@ class GpuSpec:
     pcie_gbps: float
     sms: int
     price: Price
+    # dense tensor-core peaks by dtype (0: none) and the datasheet they come from (sim/cost/floor.py)
+    fp8_tflops: float = 0.0
+    fp4_tflops: float = 0.0
+    source: str = ""
 
     @property
     def memory_bytes(self) -> int:
