@@ -24,6 +24,7 @@ from tests.helpers import assert_fast_forward_identical, mooncake_slice
 
 def run(rows: list[dict], **kw):  # type: ignore[no-untyped-def]
     kw.setdefault("cost_model", "constant:0.5")
+    kw.setdefault("api_server_count", 0)  # engine-side arrivals: no front-end in between
     kw.setdefault("exact_steps", True)
     return simulate(make_config(**kw), make_trace(rows), check=True)
 

@@ -24,7 +24,7 @@ def cluster(*, latency_us: float = 0.0, decode: dict[str, Any] | None = None, tp
     return {
         "flow": flow, "threshold": threshold,
         "defaults": {"model": "llama-3.1-8b", "gpu": "h100", "cost_model": f"constant:{STEP}",
-                     "async_scheduling": False, "max_model_len": 2048},
+                     "async_scheduling": False, "max_model_len": 2048, "api_server_count": 0},
         "instances": [
             {"name": "p", "role": "prefill", "count": n_prefill,
              "config": {"num_gpu_blocks": 400, "tensor_parallel_size": tp}},

@@ -18,6 +18,7 @@ from tests.helpers import assert_fast_forward_identical, mooncake_slice
 
 def run(rows, check: bool = True, **kw):
     kw.setdefault("cost_model", "constant:0.5")
+    kw.setdefault("api_server_count", 0)  # engine-side arrivals: no front-end in between
     if "num_gpu_blocks" in kw:  # the pool must hold one max_model_len request (vLLM's startup check)
         kw.setdefault("max_model_len", min(4096, (kw["num_gpu_blocks"] - 1) * kw.get("block_size", 16)))
     kw.setdefault("max_model_len", 4096)

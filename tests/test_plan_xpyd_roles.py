@@ -121,7 +121,7 @@ def test_a_slower_prefill_gpu_slows_only_the_prefill_part_of_ttft() -> None:
         split = Split(1, 1, "round-robin", prefill_kw=(("gpu", gpu),), decode_kw=(("gpu", "h100"),))
         parts[gpu] = ttft_parts(run_split(Candidate("h100", 1, (), split), BASE, df).requests).iloc[0]
     assert parts["a100-80gb"]["ttft_prefill_s"] > 1.3 * parts["h100"]["ttft_prefill_s"]   # roofline: ~1/3 the FLOPs
-    for p in ("ttft_transfer_s", "ttft_first_decode_s", "ttft_queue_s"):
+    for p in ("ttft_transfer_s", "ttft_first_decode_s", "ttft_queue_s", "ttft_api_server_s"):
         assert parts["a100-80gb"][p] == pytest.approx(parts["h100"][p], rel=1e-12), p    # same link, same decode GPU
 
 

@@ -80,6 +80,6 @@ def test_bad_router_specs_are_one_line_errors(text: str, match: str) -> None:
 
 def test_router_spec_defaults_are_llm_d_profile() -> None:
     spec = parse_router("kv-aware")
-    assert dict(spec.weights) == {"prefix": 3.0, "queue": 2.0, "kv": 0.0, "load": 0.0}
+    assert dict(spec.weights) == {"prefix": 3.0, "queue": 2.0, "kv": 2.0, "load": 0.0}
     assert (spec.view, spec.delay_s, spec.static) == ("precise", 0.0, False)
     assert parse_router("round-robin") == RouterSpec("round-robin")

@@ -117,3 +117,83 @@ def test_the_mooncake_diagnosis_a_plan_probe_passes_once_the_bursts_are_spread()
             probes[qps, jitter], _, _ = _probe(Candidate("h100", 2).config(dict(spec.base)), spec, window, qps)
     assert probes[0.3, False].tpot_p99 > 3 * probes[0.3, True].tpot_p99
     assert probes[3.0, True].passed and not probes[3.0, False].passed
+
+
+# ---- the coarse-timestamp rule (issue 49, point 6): spread only a coarse clock ----------------------
+def _bursts(n: int = 200, size: int = 5, every_s: float = 0.040) -> object:
+    """``n`` requests in bursts of ``size`` every ``every_s`` seconds: deliberate, not a coarse clock."""
+    t = np.repeat(np.arange(n // size) * every_s, size)
+    return make_trace([{"arrival_s": float(x), "prompt_tokens": 64, "output_tokens": 4} for x in t])
+
+
+def test_bursts_40_ms_apart_keep_their_times_exactly_and_trace_info_says_why(tmp_path: Path) -> None:
+    tr = _bursts()
+    res = timestamp_resolution(tr.df["arrival_s"].to_numpy())
+    assert res is not None and not res.coarse and res.equal_share > 0.5      # many ties, yet no coarse clock
+    assert "as is" in res.reason() and "40 ms" in res.reason() and "bursts" in res.reason()
+    ran = simulate(make_config(cost_model="constant:0.001"), tr).requests    # arrival_jitter on (default)
+    assert np.array_equal(np.sort(ran["arrival_s"].to_numpy()), tr.df["arrival_s"].to_numpy())
+    path = tmp_path / "bursts.csv"
+    tr.df[["arrival_s", "prompt_tokens", "output_tokens"]].to_csv(path, index=False)
+    out = CliRunner().invoke(app, ["trace", "info", str(path)])
+    assert out.exit_code == 0, out.output
+    rule = next(line for line in out.output.splitlines() if "arrival rule" in line)
+    assert "as is" in rule and "40 ms" in rule
+    ts = json.loads(CliRunner().invoke(app, ["trace", "info", str(path), "--json"]).output)["timestamps"]
+    assert ts["coarse"] is False and ts["grid_s"] < 1.0
+
+
+def test_the_mooncake_slice_is_still_spread_and_trace_info_names_its_grid() -> None:
+    t = load_trace(MOONCAKE_SLICE).df["arrival_s"].to_numpy()
+    res = timestamp_resolution(t)
+    assert res is not None and res.coarse and 2.9 < res.grid_s < 3.1 and res.on_grid > 0.95
+    spread = spread_arrivals(t, np.random.default_rng(0))
+    assert not np.array_equal(spread, t)
+    rule = next(line for line in CliRunner().invoke(app, ["trace", "info", str(MOONCAKE_SLICE)]).output.splitlines()
+                if "arrival rule" in line)
+    assert "spread (coarse clock)" in rule and "3 s grid" in rule
+
+
+def test_whole_second_stamps_with_ties_are_coarse_burstgpt_style() -> None:
+    rng = np.random.default_rng(4)
+    t = np.floor(np.cumsum(rng.exponential(1 / 3.0, 600)))   # 3 req/s stamped in whole seconds
+    res = timestamp_resolution(t)
+    assert res is not None and res.coarse and res.grid_s == 1.0
+
+
+def test_ties_off_any_grid_or_a_sub_second_clock_replay_as_is() -> None:
+    rng = np.random.default_rng(5)
+    groups = np.cumsum(rng.uniform(1.0, 4.0, 60))            # burst times >= 1 s apart, but continuous
+    off_grid = timestamp_resolution(np.repeat(groups, 4))
+    assert off_grid is not None and not off_grid.coarse and "no regular clock" in off_grid.reason()
+    tenth = timestamp_resolution(np.repeat(np.arange(50) * 0.1, 4))   # a 100 ms clock
+    assert tenth is not None and not tenth.coarse and "finer than" in tenth.reason()
+
+
+def test_kvsims_own_arrivals_are_never_spread(tmp_path: Path) -> None:
+    """A generator's gamma arrivals, vLLM's request-rate arrivals and an inf burst replay as is."""
+    from workloads.gen.generate import generate, parse_spec
+    from workloads.request_rate import arrival_stream, request_rate_arrivals
+
+    gen = generate(parse_spec({"num_requests": 400, "arrivals": {"kind": "gamma", "rate": 20.0, "cv": 3.0},
+                               "prompt": {"kind": "fixed", "value": 8}, "output": {"kind": "fixed", "value": 2}}),
+                   np.random.default_rng(0))["arrival_s"].to_numpy()
+    for t in (gen, request_rate_arrivals(400, 50.0, 0.2, arrival_stream(1)), np.zeros(400)):
+        assert spread_arrivals(t, np.random.default_rng(0)) is t
+
+
+def test_plan_spreads_a_coarse_clock_before_rescaling_it_as_simulate_would() -> None:
+    """A plan's probes rescale time before ingest sees it: a 3 s grid sped up 20x would look like
+    150 ms bursts and stay unspread, so the plan spreads on the file's clock first, drawing what
+    simulate draws for the same seed."""
+    from sim.io.ingest import ARRIVAL_STREAM, arrival_times
+    from workloads.load import Load, workload_of
+    from workloads.resolution import JITTER_STREAM
+
+    assert JITTER_STREAM == ARRIVAL_STREAM
+    tr = load_trace(MOONCAKE_SLICE)
+    raw = tr.df["arrival_s"].to_numpy()
+    assert not timestamp_resolution(raw / 20).coarse                      # why: the compressed clock
+    spread = workload_of(Load(), MOONCAKE_SLICE, None, 0, jitter_seed=3).df["arrival_s"].to_numpy()
+    assert np.array_equal(spread, arrival_times(tr, make_config(seed=3)))
+    assert not timestamp_resolution(spread / 20).coarse and timestamp_resolution(spread / 20).equal_share == 0

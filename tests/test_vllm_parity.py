@@ -114,6 +114,7 @@ def test_v1_without_chunked_prefill_runs_prompts_and_decodes_in_one_step(bundled
 
 def run(rows: list[dict], **kw):  # type: ignore[no-untyped-def]
     kw.setdefault("cost_model", "constant:0.5")
+    kw.setdefault("api_server_count", 0)  # engine-side arrivals: no front-end in between
     return simulate(make_config(**kw), make_trace(rows), check=True)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workloads.resolution import timestamp_resolution
+from workloads.resolution import resolution_reason, timestamp_resolution
 
 PCTS = (50, 90, 99)
 
@@ -66,9 +66,11 @@ def trace_stats(df: pd.DataFrame) -> dict[str, Any]:
     """All of the above for a normalized trace frame (sorted by arrival)."""
     out: dict[str, Any] = {"num_requests": len(df)}
     out.update(arrival_stats(df["arrival_s"].to_numpy()))
-    res = timestamp_resolution(df["arrival_s"].to_numpy())
-    if res is not None:
-        out["timestamps"] = {"equal_share": res.equal_share, "granularity_s": res.granularity_s, "coarse": res.coarse}
+    t = df["arrival_s"].to_numpy()
+    res = timestamp_resolution(t)
+    out["timestamps"] = {"coarse": False, "rule": resolution_reason(t)} if res is None else {
+        "equal_share": res.equal_share, "granularity_s": res.granularity_s, "grid_s": res.grid_s,
+        "on_grid_share": res.on_grid, "coarse": res.coarse, "rule": res.reason()}
     out["prompt_tokens"] = length_stats(df["prompt_tokens"].to_numpy())
     out["output_tokens"] = length_stats(df["output_tokens"].to_numpy())
     if "hash_ids" in df.columns:

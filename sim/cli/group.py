@@ -65,7 +65,7 @@ def vllm_tail(args: list[str]) -> list[str]:
         return args
     i = args.index("--")
     rest = args[i + 1:]
-    if not rest or rest[0] not in ("vllm", "serve"):
+    if not rest or (rest[0] not in ("vllm", "serve") and rest[1:2] != ["-m"]):  # or `python -m vllm...`
         return args
     return [*args[:i], "--vllm-args", shlex.join(rest)]
 

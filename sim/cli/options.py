@@ -18,7 +18,9 @@ import typer
 
 from sim.config.aliases import VLLM_ALIASES
 from sim.config.schema import SimConfig, load_config_yaml, make_config, read_yaml
+from sim.config.vllm_bench import VllmBench, is_bench_line, parse_vllm_bench
 from sim.errors import ConfigError
+from workloads.load import Load
 
 # flag -> typer Option. None defaults mean "unset": the config file or the preset decides.
 Model = Annotated[str | None, typer.Option("--model", help="Catalog name (llama-3.1-8b, ...) or a HF config.json path.")]
@@ -76,9 +78,24 @@ RateScale = Annotated[float | None, typer.Option("--rate-scale", help="Multiply 
                                                "many requests per second; default 1).")]
 TotalRate = Annotated[float | None, typer.Option("--total-rate", help="Rescale the trace's arrivals to this mean rate, "
                                                "req/s over its span (ServeGen archives otherwise run at their published rate).")]
+RequestRate = Annotated[float | None, typer.Option("--request-rate", help="Send the requests, in trace order, at this "
+                                                   "rate (req/s) with gamma gaps as `vllm bench serve` draws them "
+                                                   "(seeded by the run's seed); inf: all at t = 0. Replaces the trace's own times.")]
+Burstiness = Annotated[float | None, typer.Option("--burstiness", help="Gamma shape of the --request-rate gaps, as "
+                                                  "vllm bench serve's (default 1 = Poisson; < 1 burstier, > 1 more regular).")]
+SaveResult = Annotated[Path | None, typer.Option("--save-result", help="Also write a `vllm bench serve`-shaped result "
+                                                 "JSON here (mean/median/std/p99 of TTFT, TPOT, ITL, E2EL in ms; "
+                                                 "kvsim's provenance under \"kvsim\").")]
+ApiServers = Annotated[int | None, typer.Option("--api-server-count", help="API-server processes in front of the "
+                                                 "engine, as vLLM's --api-server-count: each one tokenizes, applies the "
+                                                 "chat template and streams tokens, FIFO (default 1; 0 under --usage-context "
+                                                 "llm-class; kvsim's 0 = no front-end modelled).")]
+Endpoint = Annotated[str | None, typer.Option("--endpoint", help="The OpenAI endpoint the requests use: chat "
+                                              "(default; chat template applied) | completions.")]
 VllmArgs = Annotated[str | None, typer.Option("--vllm-args", help="A pasted `vllm serve ...` line (quoted), or put it after "
                                               "`--` at the end. Its flags under vLLM's names; server-only ones are ignored "
-                                              "and listed; kvsim's own flags win over it.")]
+                                              "and listed; kvsim's own flags win over it. A `vllm bench serve ...` line sets the "
+                                              "load instead (simulate, sweep, plan): rate, dataset, prompts.")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", help="YAML file with the same keys as the flags.")]
 
 
@@ -93,6 +110,7 @@ SIMULATE_FLAGS: dict[str, Any] = {
     "disable_hybrid_kv_cache_manager": DHKV, "kv_offloading_size": KVOS, "preset": Preset, "policy": Policy, "victim": Victim,
     "chunked_prefill": ECP, "async_scheduling": Async, "num_speculative_tokens": NST, "speculative_method": SpecM,
     "spec_acceptance_rate": SpecA, "rate_scale": RateScale, "total_rate": TotalRate, "usage_context": UCtx, "arrival_jitter": Jitter, "exact_steps": Exact,
+    "api_server_count": ApiServers, "endpoint": Endpoint,
 }
 R = TypeVar("R")
 
@@ -108,17 +126,25 @@ def simulate_flags(fn: Callable[..., R]) -> Callable[..., R]:
 
     ``fn`` declares its own parameters plus ``cfg: SimConfig``. Typer sees ``fn``'s parameters
     followed by :data:`SIMULATE_FLAGS` (all unset by default); ``fn`` receives ``cfg``, the
-    ``--config`` file merged with the flags given on the command line (:func:`build_config`).
+    ``--config`` file merged with the flags given on the command line (:func:`build_config`), and,
+    if it declares ``keys``, those merged keys before any default is filled in (a cluster's
+    instances start from them: sim/cli/cluster.py).
     """
     sig = inspect.signature(fn, eval_str=True)
     flags = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=a)
              for k, a in SIMULATE_FLAGS.items()]
-    params = [*(p for name, p in sig.parameters.items() if name != "cfg"), *flags]
+    params = [*(p for name, p in sig.parameters.items() if name not in ("cfg", "bench", "keys")), *flags]
 
     @functools.wraps(fn)
     def command(**kw: Any) -> R:
         given = {k: kw.pop(k) for k in SIMULATE_FLAGS}
-        return fn(**kw, cfg=build_config(given.pop("config"), **given))
+        if "bench" in sig.parameters:  # a pasted `vllm bench serve` line: the load, not the server
+            kw["bench"], given["vllm_args"] = bench_line(given["vllm_args"], given)
+        config = given.pop("config")
+        keys = config_keys(config, **given)
+        if "keys" in sig.parameters:  # the keys as given, before defaults (a cluster's instances start from them)
+            kw["keys"] = keys
+        return fn(**kw, cfg=make_config(str(config) if config else "flags", **keys))
 
     command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params} | {"return": sig.return_annotation}
@@ -131,12 +157,18 @@ def config_keys(config: Path | None, vllm_args: str | None = None, **flags: Any)
     if config:
         check_config_file(config)
     base = load_config_yaml(config) if config else {}
+    if vllm_args and is_bench_line(vllm_args):
+        raise ConfigError("a `vllm bench serve` line sets the load (simulate, sweep, plan); this command "
+                          "takes a `vllm serve` line")
     if vllm_args:
         from sim.config.vllm_args import parse_vllm_serve
 
         line = parse_vllm_serve(vllm_args)
         if msg := line.ignored_line():
             typer.echo(msg, err=True)
+        if "model" not in line.config and "model" not in base and flags.get("model") is None:
+            raise ConfigError("vllm serve: no model: put it first (`vllm serve MODEL ...`) or pass --model (vLLM "
+                              "would load its own default model, kvsim will not guess one)")
         base = _merge(base, line.config)
     return _merge(base, {k: v for k, v in flags.items() if v is not None})
 
@@ -194,3 +226,37 @@ def build_config(config: Path | None, vllm_args: str | None = None, **flags: Any
     base = config_keys(config, vllm_args, **flags)
     return make_config(str(config) if config else "flags", **base)
 
+
+def bench_line(vllm_args: str | None, given: dict[str, Any]) -> tuple[VllmBench | None, str | None]:
+    """(the parsed `vllm bench serve` line, None) or (None, the `vllm serve` line). A bench line's
+    ignored flags are listed on stderr; its --seed and --model fill flags left unset in ``given``
+    (so a --config file's yield to it and kvsim's flags win)."""
+    if not vllm_args or not is_bench_line(vllm_args):
+        return None, vllm_args
+    bench = parse_vllm_bench(vllm_args)
+    if msg := bench.ignored_line():
+        typer.echo(msg, err=True)
+    for k, v in bench.config.items():
+        if k in given and given[k] is None:
+            given[k] = v
+    return bench, None
+
+
+def load_of(request_rate: float | None, burstiness: float | None, bench: VllmBench | None,
+            rescaled: bool = False) -> Load:
+    """The load: --request-rate / --burstiness over a pasted bench line's. ``rescaled``: the run
+    also rescales the trace's own times (--rate-scale, --total-rate / --target-qps): refused
+    together with a request rate, which replaces them."""
+    load = Load(request_rate=request_rate, burstiness=burstiness)
+    if bench is not None:
+        load = load.over(bench.load)
+    if load.request_rate is not None and rescaled:
+        raise ConfigError("--request-rate replaces the trace's times and --rate-scale / --total-rate rescale "
+                          "them: give one")
+    load.check()
+    return load
+
+
+def rescaled(cfg: SimConfig) -> bool:
+    """Whether --rate-scale or --total-rate was given (at any value)."""
+    return bool({"rate_scale", "total_rate"} & cfg.model_fields_set)

@@ -133,7 +133,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @o.more_simulate_flags(skip=frozenset({"tensor_parallel_size", "total_rate"}))
     def plan(
-        trace: Annotated[Path, typer.Argument(help="Trace file (any format kvsim reads).")],
+        trace: Annotated[Path | None, typer.Argument(help="Trace file (any format kvsim reads; optional after a `vllm bench serve` dataset line).")] = None,
         model: Annotated[str | None, typer.Option("--model", help="Catalog name, HF id or config.json (default llama-3.1-8b).")] = None,
         gpu: Annotated[str, typer.Option("--gpu", help="Comma-separated catalog GPUs, e.g. h100,a100-80gb,l40s.")] = "h100",
         tp: Annotated[str | None, typer.Option("--tp", "--tensor-parallel-size", "-tp",
@@ -184,6 +184,7 @@ def register(app: typer.Typer) -> None:
         max_model_len: o.MML = None, enable_prefix_caching: o.EPC = None,
         format: Annotated[str | None, typer.Option("--format", help="Trace format override.")] = None,
         out: Annotated[Path | None, typer.Option(help="Bundle directory (default reports/plan-<id>/).")] = None,
+        request_rate: o.RequestRate = None, burstiness: o.Burstiness = None,
         *, sim_flags: dict[str, Any],
     ) -> None:
         """Find the cheapest fleet (GPU, TP, replicas, knobs) that meets the SLOs on TRACE.
@@ -191,13 +192,14 @@ def register(app: typer.Typer) -> None:
         Every simulate flag (--kv-cache-dtype, --config, offload, async, spec decode, a pasted
         `vllm serve` line after `--`) sets the replicas' config; --gpu, --tp and the knob flags
         take comma-separated values to search."""
+        bench, sim_flags["vllm_args"] = o.bench_line(sim_flags.get("vllm_args"), sim_flags)
         common = o.config_keys(**sim_flags)  # --config, then the vllm serve line, then flags
-        model = model or common.pop("model", None) or "llama-3.1-8b"
+        model = model or common.pop("model", None) or (bench.config.get("model") if bench else None) or "llama-3.1-8b"
         tp = tp or str(common.pop("tensor_parallel_size", 1))
-        common.pop("model", None)
-        common.pop("tensor_parallel_size", None)
+        common = {k: v for k, v in common.items() if k not in ("model", "tensor_parallel_size")}
         args = dict(locals())
         _check(args)
+        load = o.load_of(request_rate, burstiness, bench, rate_scale is not None or target_qps is not None)
         slo = build_slo({k.removeprefix("slo_"): v for k, v in args.items() if k.startswith("slo_")}, attainment)
         gpus = _list(gpu, str, "--gpu")
         for g in gpus:
@@ -232,13 +234,15 @@ def register(app: typer.Typer) -> None:
             validate=validate, backend=backend, workers=workers, address=address, splits=splits)
         from sim.fleet.provenance import sha256, versions
         from sim.fleet.report import write_bundle
-        from workloads import load_trace
+        from workloads.load import workload_of
         console = Console(stderr=True)
         t0 = time.perf_counter()
-        tr = load_trace(trace, fmt=format)
+        tr = workload_of(load, trace, None, load_seed := (int(bench.config.get("seed", seed)) if bench else seed), fmt=format,
+                         jitter_seed=int(base.get("seed", 0)) if base.get("arrival_jitter", True) else None)  # a line's --seed draws its load; probes rescale the time, so a coarse clock is spread here
         from sim.cli.notices import check_servegen_rate
-        check_servegen_rate(tr, rate_scale or 1.0, target_qps)
-        inputs = _inputs(args, spec, tr, sha256(Path(tr.path)), versions(backend), len(cands))
+        check_servegen_rate(tr, rate_scale or 1.0, target_qps or load.request_rate)  # (a request rate replaced its times)
+        inputs = _inputs(args, spec, tr, sha256(Path(tr.path)) if trace else tr.content_hash, versions(backend), len(cands))
+        inputs["load"] |= load.as_json(load_seed, with_dataset=trace is None) if load.given else {}  # (in the plan id)
         out_dir = out or Path("reports") / f"plan-{_plan_id(inputs)}"
         with progress(console) as prog:
             result = run_plan(tr.df, spec, prog.update, band=band)

@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import math
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from sim.cli import options as o
+from sim.cli.cluster import ClusterHelp, refuse_single_only, simulate_cluster
 from sim.cli.notices import check_block_sizes, check_servegen_rate
 from sim.cli.progress import progress
+from sim.config.bench_result import bench_result, check_writable, write_result
 from sim.config.schema import SimConfig
+from sim.config.vllm_bench import VllmBench
 from sim.io import fmt
 from sim.run.simulate import SimResult
 from sim.run.simulate import simulate as run_simulation
-from workloads import load_trace
+from workloads.load import Load, workload_of
 from workloads.schema import Trace
 
 BUNDLED = "azure_conv_slice.csv"
@@ -54,7 +59,7 @@ def summary_table(res: SimResult, prefix_info: bool = True) -> Table:
         ("simulated time", fmt.duration(s.simulated_s)),
         ("throughput", f"{fmt.num(s.throughput.requests_per_s)} req/s, "
                        f"{fmt.num(round(s.throughput.output_tokens_per_s))} out tok/s"),
-        ("load (offered vs served)", f"[bold red]{s.load.line()}[/]" if s.load.overloaded else s.load.line()),
+        ("load (offered vs served)", f"[bold red]{s.load.line()}[/]" if s.load.flagged else s.load.line()),
     ]
     for k, p in (("TTFT", s.ttft_s), ("TPOT", s.tpot_s), ("E2E", s.e2e_s)):
         if p.p50 is not None and p.p90 is not None and p.p99 is not None:
@@ -69,6 +74,7 @@ def summary_table(res: SimResult, prefix_info: bool = True) -> Table:
         o = s.kv_offload
         rows.append(("  of which GPU / CPU tier", f"{100 * o.gpu_hit_rate:.1f}% / {100 * o.cpu_hit_rate:.1f}% "
                      f"({o.loaded_blocks:,} blocks loaded, {o.cpu_blocks:,} CPU blocks)"))
+    rows.append(api_server_row(res))
     rows.append(("steps (fast-forwarded)", f"{s.num_steps:,} ({s.fast_forward_steps:,})"))
     lo, hi = s.cost_band
     rows.append(("step-time basis (error band)", f"{s.cost_basis} ({100 * lo:+.0f}% / {100 * hi:+.0f}%)"
@@ -78,6 +84,20 @@ def summary_table(res: SimResult, prefix_info: bool = True) -> Table:
     for r in rows:
         t.add_row(*r)
     return t
+
+
+def api_server_row(res: SimResult) -> tuple[str, str]:
+    """The front-end's row: its profile, and what it added (ingress: queue + service before the
+    engine; egress: the delay it added to the last token), from the run's request columns."""
+    a = res.summary.api_server
+    if not a.count:
+        return ("API server", "none modelled (--api-server-count 0)")
+    q = res.requests
+    ing, eg = q["api_ingress_s"].dropna().to_numpy(), q["api_egress_s"].dropna().to_numpy()
+    added = (f"; ingress p50/p99 {fmt.durations(tuple(float(np.percentile(ing, x)) for x in (50, 99)))}, "
+             f"last-token egress p50/p99 {fmt.durations(tuple(float(np.percentile(eg, x)) for x in (50, 99)))}"
+             if len(ing) and len(eg) else "")
+    return ("API server", f"{a.count} x {a.endpoint}, {escape(a.profile)} ({escape(a.source)}){added}")
 
 
 def register(app: typer.Typer) -> None:
@@ -90,22 +110,33 @@ def register(app: typer.Typer) -> None:
         skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip malformed rows (counted) instead of failing.")] = False,
         check: Annotated[bool, typer.Option("--check", help="Verify allocator invariants after every step.")] = False,
         cluster: Annotated[Path | None, typer.Option("--cluster", help="Cluster YAML: instances (unified/prefill/"
-                                                     "decode), links, router (sim/cluster/spec.py).")] = None,
+                                                     "decode), links, router; every key: --cluster-help. The "
+                                                     "flags here are every instance's defaults.")] = None,
+        cluster_help: ClusterHelp = False,
         summary_only: o.SummaryOnly = False,
         stream: o.Stream = False,
-        *, cfg: SimConfig,
+        request_rate: o.RequestRate = None,
+        burstiness: o.Burstiness = None,
+        save_result: o.SaveResult = None,
+        *, bench: VllmBench | None = None, keys: dict[str, Any], cfg: SimConfig,
     ) -> None:
         """Replay a trace through the KV allocator and scheduler; write requests/steps/summary."""
-        if cluster is not None:  # the cluster runtime (sim/cli/cluster.py)
-            from sim.cli.cluster import simulate_cluster
-            return simulate_cluster(cluster, trace or bundled_trace(), out, format, skip_bad)
+        load = o.load_of(request_rate, burstiness, bench, o.rescaled(cfg))
+        if cluster is not None:  # the cluster runtime (sim/cli/cluster.py): the flags are every instance's defaults
+            refuse_single_only(check=check, summary_only=summary_only, stream=stream, save_result=save_result)
+            ctr = workload_of(load, trace, bundled_trace(), cfg.seed, fmt=format, skip_bad=skip_bad)
+            check_servegen_rate(ctr, cfg.rate_scale, cfg.total_rate)
+            return simulate_cluster(cluster, ctr, out, keys)
+        if save_result is not None:
+            check_writable(save_result)
         console = Console(stderr=True)
         if cfg.allocator == "paged":
             check_block_sizes([cfg.block_size])
         t0 = time.perf_counter()
-        tr = load_trace(trace or bundled_trace(), fmt=format, skip_bad=skip_bad)
+        tr = workload_of(load, trace, bundled_trace(), cfg.seed, fmt=format, skip_bad=skip_bad)
         load_s = time.perf_counter() - t0
-        check_servegen_rate(tr, cfg.rate_scale, cfg.total_rate)
+        if load.request_rate is None:  # (a request rate replaced the archive's published times)
+            check_servegen_rate(tr, cfg.rate_scale, cfg.total_rate)
         if tr.num_bad_rows:
             console.print(f"[yellow]skipped {tr.num_bad_rows} malformed row(s) in {tr.path}[/yellow]")
         with progress(console, "requests", enabled=tr.num_requests >= 2000) as prog:
@@ -116,3 +147,21 @@ def register(app: typer.Typer) -> None:
         Console().print(summary_table(res, has_prefix_info(tr)))
         console.print(f"wrote {out}/summary.json" if res.tables == "summary" else
                       f"wrote {out}/requests.parquet, steps.parquet, summary.json")
+        if save_result is not None:
+            write_result(result_doc(res, load, tr, bench), save_result)
+            console.print(f"wrote {save_result} (vllm bench serve result shape)")
+
+
+def result_doc(res: SimResult, load: Load, tr: Trace, bench: VllmBench | None) -> dict[str, Any]:
+    """The ``--save-result`` document of a run (:mod:`sim.config.bench_result`): the rate the
+    arrivals were drawn at (a dataset without one: vLLM's default, inf), kvsim's provenance."""
+    rate = load.request_rate if load.request_rate is not None else math.inf if tr.format == "dataset" else None
+    s = res.summary
+    prov = {"version": s.kvsim_version, "cost_model": s.cost_model, "cost_basis": s.cost_basis,
+            "cost_band": {"optimistic": s.cost_band[0], "pessimistic": s.cost_band[1]},
+            "gpu": res.config.gpu, "tensor_parallel_size": res.config.tensor_parallel_size,
+            "trace": {"path": tr.path, "format": tr.format, "content_hash": s.trace.content_hash, "notes": list(tr.notes)},
+            "config": s.config}
+    return bench_result(res.requests, model=res.config.model, request_rate=rate,
+                        burstiness=(load.burstiness or 1.0) if rate is not None else None, provenance=prov,
+                        percentiles=bench.percentiles if bench is not None else (99.0,))

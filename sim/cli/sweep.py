@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,8 +22,10 @@ from sim.cli import options as o
 from sim.cli.notices import check_block_sizes
 from sim.cli.progress import Stages
 from sim.config.schema import SimConfig
+from sim.config.vllm_bench import VllmBench
 from sim.errors import ConfigError
 from sim.sweep import expand, load_grid_yaml, parse_sets, run_sweep
+from workloads.load import Load
 
 Sets = Annotated[list[str] | None, typer.Option(
     "--set", help="KEY=v1,v2,... (repeatable). Any simulate option, or trace=PATH,...")]
@@ -44,7 +46,8 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option("--out", help="Output directory (sweep.parquet).")] = Path("sweeps/latest"),
         set_: Sets = None, grid: Grid = None, backend: Backend = "local", address: Address = None,
         jobs: Jobs = None, max_retries: Retries = 3, retry_failed: RetryFailed = False,
-        *, cfg: SimConfig,
+        request_rate: o.RequestRate = None, burstiness: o.Burstiness = None,
+        *, bench: VllmBench | None = None, cfg: SimConfig,
     ) -> None:
         """Simulate every point of a grid; append each result to DIR/sweep.parquet as it finishes.
 
@@ -56,6 +59,9 @@ def register(app: typer.Typer) -> None:
             spec[k] = vals
         if not spec:
             raise ConfigError("sweep: give the grid with --set KEY=v1,v2 or --grid FILE.yaml")
+        load = o.load_of(request_rate, burstiness, bench, o.rescaled(cfg) or bool({"rate_scale", "total_rate"} & set(spec)))
+        if load.given:
+            spec, trace = sent_traces(load, spec, trace, out, cfg.seed)
         if trace is None and "trace" not in spec:
             from sim.cli.simulate import bundled_trace
             trace = bundled_trace()
@@ -87,3 +93,27 @@ def register(app: typer.Typer) -> None:
             again = "" if res.failed == len(bad) else " (rerun with --retry-failed to try the earlier ones again)"
             typer.secho(f"error: {len(bad)} of {res.planned} sweep points failed{again}", err=True, fg="red")
             raise typer.Exit(1)
+
+
+def sent_traces(load: Load, spec: dict[str, list[Any]], trace: Path | None, out: Path,
+                seed: int) -> tuple[dict[str, list[Any]], None]:
+    """The grid with each trace replaced by what ``load`` sends (--request-rate times, the first
+    --num-prompts, or a pasted line's dataset), written to OUT/workloads/ as Parquet: a sweep point
+    names its trace by path, and the content hash in the name keeps resumed sweeps apart. The
+    arrivals are drawn once, with --seed (a swept seed does not redraw them)."""
+    from sim.cli.simulate import bundled_trace
+    from workloads.load import workload_of
+    from workloads.writer import write_trace
+
+    folder = out / "workloads"
+    folder.mkdir(parents=True, exist_ok=True)
+    made = []
+    paths: list[Path | None] = [Path(str(x)) for x in spec.get("trace", [])] or [trace]
+    for p in paths:
+        tr = workload_of(load, p, bundled_trace(), seed)
+        name = p.stem if p is not None else f"vllm-{load.dataset.dataset}" if load.dataset else bundled_trace().stem
+        dest = folder / f"{name}-{tr.content_hash}.parquet"
+        if not dest.exists():
+            write_trace(tr.df, dest)
+        made.append(str(dest))
+    return {**spec, "trace": made}, None

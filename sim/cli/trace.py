@@ -62,9 +62,11 @@ def _print_human(s: dict[str, Any]) -> None:
         typer.echo(f"  {col:<15} " + "  ".join(f"{q} {n(d[q])}" for q in ("mean", "p50", "p90", "p99", "min", "max")))
     if "timestamps" in s:
         ts = s["timestamps"]
-        typer.echo(f"  timestamps      {fmt.percent(ts['equal_share'])} of gaps are 0, distinct times "
-                   f"{fmt.duration(ts['granularity_s'])} apart (median)"
-                   + (": coarse, spread by simulate (--no-arrival-jitter: as-is)" if ts["coarse"] else ""))
+        if "equal_share" in ts:
+            typer.echo(f"  timestamps      {fmt.percent(ts['equal_share'])} of gaps are 0, distinct times "
+                       f"{fmt.duration(ts['granularity_s'])} apart (median)"
+                       + (": coarse, spread by simulate (--no-arrival-jitter: as-is)" if ts["coarse"] else ""))
+        typer.echo(f"  arrival rule    {ts['rule']}")
     if "prefix_reuse" in s:
         typer.echo(f"  prefix reuse    {fmt.percent(s['prefix_reuse'])} of {s['block_refs']:,} block refs "
                    f"({s['unique_blocks']:,} unique, {s.get('tokens_per_hash', '?')} tokens/block)")
@@ -134,17 +136,65 @@ def convert(file: TraceIn, out: Annotated[Path, typer.Argument(help="Output .par
 
 
 @app.command()
-def gen(spec: Annotated[Path, typer.Argument(help="YAML generator spec.")], out: TraceOut, seed: Annotated[int | None, typer.Option("--seed", min=0, help="overrides the spec's seed")] = None) -> None:
-    """Generate a synthetic trace from a YAML spec (Parquet, CSV or JSONL by suffix)."""
-    from workloads.gen import generate, load_spec
-    from workloads.writer import output_kind, write_trace
+def gen(spec: Annotated[Path, typer.Argument(help="YAML spec: a generator spec, a benchmark dataset (dataset: random | "
+                                                  "prefix_repetition | sharegpt | isl_osl) or an inference-perf config; "
+                                                  "or OUT alone with a `vllm bench serve` line after `--`.")],
+        out: Annotated[Path | None, typer.Argument(help="Output file: .parquet, .csv or .jsonl (an ISL/OSL grid: one "
+                                                        "file per point, OUT's name + _isl{I}_osl{O}).")] = None,
+        seed: Annotated[int | None, typer.Option("--seed", min=0, help="overrides the spec's seed")] = None,
+        vllm_args: Annotated[str | None, typer.Option("--vllm-args", help="A pasted `vllm bench serve ...` line (or "
+                                                      "after `--`): its dataset and load flags make the trace.")] = None) -> None:
+    """Generate a synthetic trace from a YAML spec or a `vllm bench serve` line (Parquet, CSV or JSONL by suffix)."""
+    from workloads.bench import build_yaml, is_bench_yaml
+    from workloads.gen import generate
+    from workloads.gen.generate import parse_spec, read_spec_yaml
+    from workloads.writer import output_kind
 
+    if vllm_args is not None:
+        if out is not None:
+            raise ConfigError("trace gen: with a `vllm bench serve` line give only OUT (the line is the spec)")
+        return _gen_bench_line(vllm_args, spec, seed)
+    if out is None:
+        raise ConfigError("trace gen: give SPEC and OUT (or OUT and a `vllm bench serve` line after `--`)")
     output_kind(out)
-    sp = load_spec(spec)
+    raw = read_spec_yaml(spec)
+    if is_bench_yaml(raw):
+        for b in build_yaml(raw, str(spec), seed):
+            _write(b.df, _point_path(out, b.label), b.notes)
+        return
+    sp = parse_spec(raw, str(spec))
     s = seed if seed is not None else (sp.seed if sp.seed is not None else 0)
     df = generate(sp, np.random.default_rng(s))
+    _write(df, out, (f"seed {s}",))
+
+
+def _point_path(out: Path, label: str) -> Path:
+    return out.with_name(f"{out.stem}_{label}{out.suffix}") if label else out
+
+
+def _write(df: Any, out: Path, notes: tuple[str, ...]) -> None:
+    from workloads.writer import write_trace
+
     write_trace(df, out)
-    typer.echo(f"wrote {len(df):,} requests to {out} (seed {s})")
+    typer.echo(f"wrote {len(df):,} requests to {out}")
+    for n in notes:
+        typer.echo(f"  {n}")
+
+
+def _gen_bench_line(line: str, out: Path, seed: int | None) -> None:
+    """``kvsim trace gen OUT -- vllm bench serve ...``: the line's dataset at its load."""
+    from sim.config.vllm_bench import is_bench_line, parse_vllm_bench
+    from workloads.load import load_workload
+    from workloads.writer import output_kind
+
+    if not is_bench_line(line):
+        raise ConfigError("trace gen: the pasted line must be `vllm bench serve ...` (a `vllm serve` line has no load)")
+    output_kind(out)
+    bench = parse_vllm_bench(line)
+    if msg := bench.ignored_line():
+        typer.echo(msg, err=True)
+    tr = load_workload(bench.load, None, seed if seed is not None else int(bench.config.get("seed", 0)))
+    _write(tr.df, out, tr.notes)
 
 
 @app.command("slice")
@@ -163,3 +213,12 @@ def slice_(file: TraceIn, out: TraceOut, start: Annotated[float, typer.Option("-
                      rng=np.random.default_rng(seed))
     write_trace(df, out)
     typer.echo(f"wrote {len(df):,} of {tr.num_requests:,} requests to {out}")
+
+
+def _register_more() -> None:
+    from sim.cli.trace_prefix import register  # `kvsim trace prefix`: the fleet prefix what-if
+
+    register(app)
+
+
+_register_more()

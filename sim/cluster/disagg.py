@@ -38,6 +38,8 @@ from sim.collector import no_collections
 from sim.engine.replica import Replica
 from sim.engine.sleep import sleep_until
 from sim.errors import ConfigError
+from sim.frontend.ingress import Ingress
+from sim.frontend.stage import enter, fleet_frontend, leave, no_frontend, with_columns
 from sim.io.ingest import make_requests
 from sim.io.results import request_frame
 from sim.kv.base import cdiv
@@ -104,7 +106,12 @@ class ClusterRun:
         back = [k for k, r in enumerate(roles) if r == "prefill"]
         self.back = _Pool(back, [self.reps[k] for k in back], spec.prefill_router, B) if back else None
         self.links: dict[tuple[int, int], Link] = {}
-        self.reqs = make_requests(trace, spec.instances[front[0]].config)
+        self.sent = make_requests(trace, spec.instances[front[0]].config)  # uid order
+        self.fe = fleet_frontend([spec.instances[k].config for k in front])  # the front instances' API servers
+        self.ing: Ingress | None = None
+        self.reqs = self.sent  # in engine-arrival order, the router's
+        if self.fe is not None:
+            self.ing, self.reqs = enter(self.sent, self.fe)
         self.clones: dict[int, Request] = {}
         self.decode_of: dict[int, int] = {}      # uid -> decode instance (decode-first)
         self.prefill_of: dict[int, int] = {}
@@ -233,8 +240,10 @@ class ClusterRun:
         return False
 
     def _result(self) -> ClusterResult:
-        frame = request_frame(self.reqs)
-        n = len(self.reqs)
+        fe, ing = self.fe, self.ing
+        api = leave(self.sent, fe, ing) if fe is not None and ing is not None else no_frontend(self.sent)
+        frame = with_columns(request_frame(self.sent), api)
+        n = len(self.sent)
         pre = np.full(n, -1, dtype=np.int64)
         xfer, wait, done, start = (np.full(n, np.nan) for _ in range(4))
         for uid, p in self.prefill_of.items():

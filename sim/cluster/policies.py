@@ -4,9 +4,13 @@ state) -> index``; the router process that calls them is :mod:`sim.cluster.route
 - ``round-robin``: 0, 1, 2, ... regardless of load;
 - ``least-outstanding-tokens``: the replica with the fewest tokens still to process,
   divided by its ``weight`` (for mixed GPU types);
-- ``prefix-affinity``: a stable hash of the request's first prefix block picks the replica
-  (so requests sharing a prefix share a cache); requests without prefix content go
-  round-robin;
+- ``prefix-affinity``: a stable hash of the prompt's first ``tokens`` tokens (default
+  :data:`AFFINITY_TOKENS`) picks the replica, so requests sharing that much prefix share a
+  cache; one block is not enough (every Mooncake prompt starts with the same block: issue 50
+  saw all of them on one replica). When the picked replica's waiting queue is ``queue``
+  (default :data:`AFFINITY_QUEUE`) requests longer than the shortest one, the request goes to
+  the least-loaded replica instead (least outstanding tokens). Requests without prefix content
+  go round-robin;
 - ``kv-aware`` (llm-d's weighted scorers) and ``dynamo`` (NVIDIA Dynamo's KV router cost):
   :mod:`sim.cluster.scorers`, over the router's view of each cache (:mod:`sim.cluster.view`).
 
@@ -76,22 +80,41 @@ def least_outstanding(req: Request, reps: Sequence[Replica], st: RouterState) ->
     return rotate_ties([r.outstanding_tokens / w[i] for i, r in enumerate(reps)], st)
 
 
-def prefix_key(req: Request, block_size: int) -> int | None:
-    """Stable 32-bit key of the request's first prefix block, or None without content."""
+AFFINITY_TOKENS = 2048   # prompt tokens hashed: past a shared system prompt, within a conversation's history
+AFFINITY_QUEUE = 4       # waiting requests beyond the shortest queue that count as a long queue
+
+
+def prefix_key(req: Request, tokens: int = AFFINITY_TOKENS) -> int | None:
+    """Stable 32-bit key of the request's first ``tokens`` prompt tokens (a hash-id trace: the
+    hash ids that cover them), or None without content."""
     c = req.content
     if not isinstance(c, tuple) or not c:
         return None
     if c[0] == "ids":
-        first = c[1][:block_size]
+        first = c[1][:tokens]
     elif c[0] == "hash":
-        first = c[1][:1]
+        first = c[1][:max(1, -(-tokens // max(int(c[2]), 1)))]
     else:
         first = (c[1],)
     return zlib.crc32(np.asarray(first, dtype=np.int64).tobytes())
 
 
-def prefix_affinity(req: Request, reps: Sequence[Replica], st: RouterState) -> int:
-    key = prefix_key(req, st.block_size)
-    if key is None:
-        return round_robin(req, reps, st)
-    return key % len(reps)
+@dataclass(frozen=True, slots=True)
+class PrefixAffinity:
+    """The ``prefix-affinity`` policy (module docstring): a live policy, it reads the queues."""
+
+    tokens: int = AFFINITY_TOKENS
+    queue: int = AFFINITY_QUEUE
+
+    def __call__(self, req: Request, reps: Sequence[Replica], st: RouterState) -> int:
+        key = prefix_key(req, self.tokens)
+        if key is None:
+            return round_robin(req, reps, st)
+        k = key % len(reps)
+        depth = [len(r.unpulled) + r.sched.num_waiting for r in reps]
+        if depth[k] >= min(depth) + max(self.queue, 1):
+            return least_outstanding(req, reps, st)
+        return k
+
+
+prefix_affinity = PrefixAffinity()

@@ -1,8 +1,8 @@
 """The routed fleet replay: many replicas behind a router, in ONE SimPy environment.
 
-Static policies (round-robin, prefix-affinity) do not look at replica state, so requests are
-assigned up front and every replica replays its own inbox. Live policies (least-outstanding-
-tokens, kv-aware, dynamo) route at each arrival instant on the replicas' state then
+A static policy (round-robin) does not look at replica state, so requests are assigned up
+front and every replica replays its own inbox. Live policies (least-outstanding-tokens,
+prefix-affinity, which reads the queues for its fallback, kv-aware, dynamo) route at each arrival instant on the replicas' state then
 (:mod:`sim.cluster.router`); both keep decode fast-forward, bit-identical to exact stepping.
 
 ``active(t)`` (optional) limits routing to the first ``active(t)`` replicas, for replaying an
@@ -27,6 +27,7 @@ from sim.collector import no_collections
 from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
+from sim.frontend.stage import enter, fleet_frontend, leave, no_frontend, with_columns
 from sim.io.ingest import make_requests
 from sim.io.results import request_frame
 from sim.request import Request
@@ -69,7 +70,9 @@ def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str | RouterSp
     choose = spec.make()
     env = simpy.Environment()
     reps: list[Replica] = [new_replica(env, cfg) for cfg in cfgs]
-    reqs = make_requests(trace, cfgs[0])
+    sent = make_requests(trace, cfgs[0])
+    fe = fleet_frontend(cfgs)
+    ing, reqs = enter(sent, fe) if fe is not None else (None, sent)  # reqs: in engine-arrival order
     B = cfgs[0].block_size
     state = RouterState(list(weights) if weights else [1.0] * len(cfgs), B)
     if spec.uses_view:
@@ -90,8 +93,9 @@ def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str | RouterSp
             monitor = SloMonitor(stop_on_fail[0], reqs, stop_on_fail[1])
             aborted = _run_monitored(env, monitor, reps, reqs, checks, bound=spec.static or len(reps) == 1)
             failing = monitor.failing(env.now) if aborted else ()
-    frame = request_frame(reqs)
-    frame["replica"] = assigned
+    api = leave(sent, fe, ing) if fe is not None and ing is not None else no_frontend(sent)
+    frame = with_columns(request_frame(sent), api)
+    frame["replica"] = assigned  # indexed by uid
     return FleetResult(frame, [r.log.frame() for r in reps], [int(r.sched.num_preemptions) for r in reps],
                        aborted, failing, sum(r.ff_steps for r in reps), tuple(int(r.kv.evictions) for r in reps))
 

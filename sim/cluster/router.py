@@ -9,8 +9,8 @@
 A router spec names a policy (:mod:`sim.cluster.policies`, :mod:`sim.cluster.scorers`) and its
 options, ``name[:key=value,...]``::
 
-    round-robin | least-outstanding-tokens | prefix-affinity
-    kv-aware[:prefix=3,queue=2,kv=0,load=0,view=precise|approximate,delay=SECONDS]
+    round-robin | least-outstanding-tokens | prefix-affinity[:tokens=2048,queue=4]
+    kv-aware[:prefix=3,queue=2,kv=2,load=0,view=precise|approximate,delay=SECONDS]
     dynamo[:overlap=1,view=precise|approximate,delay=SECONDS]
 
 **Live routing keeps fast-forward.** The router wakes at each arrival instant ``t`` with an
@@ -37,10 +37,12 @@ import numpy as np
 import simpy
 
 from sim.cluster.policies import (
+    AFFINITY_QUEUE,
+    AFFINITY_TOKENS,
     Policy,
+    PrefixAffinity,
     RouterState,
     least_outstanding,
-    prefix_affinity,
     round_robin,
 )
 from sim.cluster.scorers import LLMD_WEIGHTS, SCORERS, DynamoCost, WeightedScorers
@@ -51,8 +53,7 @@ from sim.errors import ConfigError
 from sim.request import Request
 
 POLICIES = ("round-robin", "least-outstanding-tokens", "prefix-affinity", "kv-aware", "dynamo")
-STATIC = ("round-robin", "prefix-affinity")  # state-free: can be assigned up front
-BOUNDED_LOAD = 2.0
+STATIC = ("round-robin",)  # state-free: can be assigned up front
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,8 @@ class RouterSpec:
     view: str = "precise"          # kv-aware / dynamo: the router's view of each cache
     delay_s: float = 0.0           # staleness of that view
     overlap_weight: float = 1.0    # dynamo: --kv-overlap-score-weight
+    affinity_tokens: int = AFFINITY_TOKENS   # prefix-affinity: prompt tokens hashed
+    affinity_queue: int = AFFINITY_QUEUE     # prefix-affinity: a queue this much longer falls back to load
 
     @property
     def static(self) -> bool:
@@ -87,8 +90,9 @@ class RouterSpec:
             return WeightedScorers(self.weights)
         if self.policy == "dynamo":
             return DynamoCost(self.overlap_weight)
-        return {"round-robin": round_robin, "least-outstanding-tokens": least_outstanding,
-                "prefix-affinity": prefix_affinity}[self.policy]
+        if self.policy == "prefix-affinity":
+            return PrefixAffinity(self.affinity_tokens, self.affinity_queue)
+        return {"round-robin": round_robin, "least-outstanding-tokens": least_outstanding}[self.policy]
 
 
 def parse_router(text: str | RouterSpec) -> RouterSpec:
@@ -104,7 +108,7 @@ def parse_router(text: str | RouterSpec) -> RouterSpec:
         key, eq, val = item.partition("=")
         key = key.strip()
         allowed = (*SCORERS, "view", "delay") if name == "kv-aware" else ("overlap", "view", "delay") \
-            if name == "dynamo" else ()
+            if name == "dynamo" else ("tokens", "queue") if name == "prefix-affinity" else ()
         if not eq or key not in allowed:
             raise ConfigError(f"--router {text!r}: unknown option {key!r}"
                               + (f" (valid: {', '.join(allowed)})" if allowed else f" ({name} takes none)"))
@@ -119,7 +123,11 @@ def parse_router(text: str | RouterSpec) -> RouterSpec:
             raise ConfigError(f"--router {text!r}: {key}={val!r} is not a number") from None
         if not (math.isfinite(num) and num >= 0):
             raise ConfigError(f"--router {text!r}: {key}={val!r} must be >= 0")
-        if key == "delay":
+        if name == "prefix-affinity":
+            if num != int(num) or (key == "tokens" and num < 1):
+                raise ConfigError(f"--router {text!r}: {key}={val!r} must be a whole number" + (" >= 1" if key == "tokens" else ""))
+            kw[f"affinity_{key}"] = int(num)
+        elif key == "delay":
             kw["delay_s"] = num
         elif key == "overlap":
             kw["overlap_weight"] = num

@@ -8,9 +8,18 @@ every candidate a score in [0, 1]; the picker takes the highest weighted sum (ti
     kv       1 - KV-cache usage (used blocks / usable blocks)             (kv-cache-utilization-scorer)
     load     as queue, on outstanding tokens (kvsim's; llm-d has no such scorer)
 
-Default weights ``prefix=3, queue=2`` are llm-d's default profile as Red Hat OpenShift AI 3.4
-documents it (chapter "Configuring scheduler settings for LLM inference services"); ``kv`` and
-``load`` default to 0.
+Default weights ``prefix=3, queue=2, kv=2`` are llm-d's inference-scheduling profile: the
+``default`` scheduling profile of llm-d/llm-d ``guides/inference-scheduling/scheduler/
+inference-scheduling.values.yaml`` (queue-scorer 2, kv-cache-utilization-scorer 2,
+prefix-cache-scorer 3); Red Hat OpenShift AI 3.4 documents the same queue 2 / prefix 3 balance
+("Configuring scheduler settings for LLM inference services"). ``load`` defaults to 0.
+
+The load terms matter: vLLM admits a request at once while it has room, so its waiting queue
+(``queue``) stays empty until a replica is full, and prefix scores alone pull every request
+with a shared first block to the replicas that already hold it. Without ``kv`` the old default
+(``prefix=3, queue=2``) left 3 of 8 replicas with no request at all on the bundled Mooncake slice
+(issue 50); with ``kv=2`` every replica gets at least 11 % of them and the fleet's hit rate
+still beats round-robin's (tests/test_router_default.py).
 
 **Dynamo** (``--router-mode kv``, router design doc): per worker,
 ``cost = overlap_weight x potential_prefill_blocks + potential_active_blocks``, lowest wins,
@@ -36,7 +45,7 @@ if TYPE_CHECKING:
     from sim.engine.replica import Replica
 
 SCORERS = ("prefix", "queue", "kv", "load")
-LLMD_WEIGHTS = {"prefix": 3.0, "queue": 2.0, "kv": 0.0, "load": 0.0}
+LLMD_WEIGHTS = {"prefix": 3.0, "queue": 2.0, "kv": 2.0, "load": 0.0}
 
 
 def queue_depth(rep: Replica) -> int:

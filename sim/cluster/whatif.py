@@ -15,6 +15,13 @@ vLLM counts them), hit rate and prefix-cache evictions, from a routed replay
 ``recovered = (fleet - floor) / (ceiling - floor)`` is the share of the reachable hit tokens
 the setup recovers. ``unbounded`` (an infinite shared cache) is reported beside the ceiling:
 the reuse the trace holds at all.
+
+Without simulating, :func:`fleet_prefix_bounds` (``kvsim trace prefix TRACE --replicas N
+--cache-tokens C``) gives four numbers from the trace alone, in the same LRU model: the floor,
+**per-replica** LRUs of ``C`` tokens each behind a state-free router (round-robin, or the
+``prefix-affinity`` hash), **one shared LRU** of the fleet's ``N x C`` tokens, and unbounded.
+Usually floor <= per-replica <= shared <= unbounded; splitting a cache can beat sharing it only
+when a scan that never repeats would flush another stream's blocks from the shared one.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from sim.cluster.replay import FleetResult, replay_fleet
 from sim.cluster.router import RouterSpec
 from sim.cluster.view import PromptKeys, leading
 from sim.config.schema import SimConfig
+from sim.errors import ConfigError
 from sim.io.ingest import make_requests
 from sim.kv.hashing import BlockHasher
 from sim.run.build import build
@@ -78,6 +86,62 @@ def shared_cache_hits(trace: Trace, cfg: SimConfig, capacity: int | None) -> Pre
             lru.popitem(last=False)
             evicted += 1
     return PrefixTally(prompt, hits, evicted)
+
+
+def partitioned_hits(trace: Trace, cfg: SimConfig, replicas: int, capacity: int, route: str = "round-robin") -> PrefixTally:
+    """Hit tokens of ``replicas`` separate LRU caches of ``capacity`` blocks each (the model of
+    :func:`shared_cache_hits`), requests assigned by ``route``: ``round-robin`` or ``prefix-affinity``
+    (the policy's prompt hash, :func:`sim.cluster.policies.prefix_key`; round-robin without content)."""
+    from sim.cluster.policies import prefix_key
+
+    if route not in ROUTES:
+        raise ConfigError(f"--route {route!r}: expected one of {', '.join(ROUTES)}")
+    B = cfg.block_size
+    keys = PromptKeys(BlockHasher(B))
+    lrus: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(replicas)]
+    hits = prompt = evicted = 0
+    for n, r in enumerate(make_requests(trace, cfg)):
+        key = prefix_key(r) if route == "prefix-affinity" else None
+        lru = lrus[(key if key is not None else n) % replicas]
+        ks = keys(r)
+        prompt += r.prompt_tokens
+        hits += leading(keys.lookup(r), lru) * B
+        for k in ks:
+            lru[k] = None
+            lru.move_to_end(k)
+        while len(lru) > capacity:
+            lru.popitem(last=False)
+            evicted += 1
+    return PrefixTally(prompt, hits, evicted)
+
+
+ROUTES = ("round-robin", "prefix-affinity")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetBounds:
+    """The trace's prefix reuse on a fleet, four ways (module docstring)."""
+
+    floor: PrefixTally
+    per_replica: PrefixTally
+    shared: PrefixTally
+    unbounded: PrefixTally
+
+
+def fleet_prefix_bounds(trace: Trace, replicas: int, cache_tokens: int, cfg: SimConfig | None = None,
+                        route: str = "round-robin") -> FleetBounds:
+    """Floor, per-replica LRUs of ``cache_tokens`` each, one shared LRU of ``replicas x
+    cache_tokens``, unbounded: prefix hit tokens of ``trace`` without simulating. ``cfg`` gives
+    the block size, the prefix-caching switch and the arrival options (default: the defaults)."""
+    from sim.config.schema import make_config
+
+    if replicas < 1 or cache_tokens < 1:
+        raise ConfigError(f"--replicas {replicas} / --cache-tokens {cache_tokens}: both must be >= 1")
+    cfg = cfg or make_config()
+    blocks = max(cache_tokens // cfg.block_size, 1)
+    shared = shared_cache_hits(trace, cfg, blocks * replicas)
+    return FleetBounds(PrefixTally(shared.prompt_tokens, 0), partitioned_hits(trace, cfg, replicas, blocks, route),
+                       shared, shared_cache_hits(trace, cfg, None))
 
 
 def tally(res: FleetResult) -> tuple[pd.DataFrame, PrefixTally]:

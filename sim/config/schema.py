@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.config.aliases import VLLM_ALIASES, vllm_aliases
+from sim.config.api_server import api_server_keys
 from sim.errors import ConfigError
 from sim.safe_yaml import safe_load
 
@@ -120,6 +121,9 @@ class SimConfig(BaseModel):
     rate_scale: float = Field(1.0, gt=0)            # multiply the trace's arrival rate (arrivals / rate_scale)
     total_rate: float | None = Field(None, gt=0)    # or rescale the trace to this mean req/s
     arrival_jitter: bool = True                     # spread coarse timestamps (workloads/resolution.py)
+    # the API server in front of the engine (sim/frontend): vLLM --api-server-count; kvsim's 0 = none
+    api_server_count: int = Field(1, ge=0, le=64)  # default: 1 (vllm serve), 0 under --usage-context llm-class
+    endpoint: Literal["chat", "completions"] = "chat"  # the OpenAI endpoint requests use (its ingress cost)
     exact_steps: bool = False
 
     @model_validator(mode="before")
@@ -131,6 +135,11 @@ class SimConfig(BaseModel):
         if data.get("serving_stack") is None:  # the preset's engine era (issue 16)
             data = {**data, "serving_stack": PRESET_STACKS.get(str(data.get("preset") or "vllm-0.33"), "vllm-v1")}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _api_server(cls, data: Any) -> Any:
+        return api_server_keys(data) if isinstance(data, dict) else data
 
     @field_validator("kv_memory", "activation_memory", "non_torch_memory")
     @classmethod
@@ -150,9 +159,21 @@ class SimConfig(BaseModel):
         return PRESETS[self.preset][key]
 
 
+def _unknown_key(key: str, where: str) -> str:
+    """An unknown key's line: the nearest valid key, or all of them (``make_config(max_num_seq=5)``)."""
+    import difflib
+
+    valid = [*SimConfig.model_fields, *VLLM_ALIASES]
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    name = f"--{key.replace('_', '-')}: unknown option" if where == "flags" else f"{where}: unknown key '{key}'"
+    return name + (f"; did you mean '{near[0]}'?" if near else "") + f" (valid: {', '.join(SimConfig.model_fields)})"
+
+
 def _fmt_validation(e: ValidationError, where: str) -> str:
     err = e.errors()[0]
     loc = ".".join(str(x) for x in err["loc"]) or "?"
+    if err["type"] == "extra_forbidden":
+        return _unknown_key(loc, where)
     if where == "flags":
         return f"--{loc.replace('_', '-')} {err.get('input')!r}: {err['msg']}"
     return f"{where}: '{loc}' = {err.get('input')!r}: {err['msg']}"

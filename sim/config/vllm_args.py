@@ -7,7 +7,8 @@
 What kvsim models is taken under vLLM's spelling (``--scheduling-policy`` for ``--policy``, ``-tp``,
 ``--speculative-config`` JSON, ...). Flags that only concern the HTTP server, the tokenizer or
 logging (``--host``, ``--port``, ``--served-model-name``, ``--api-key``, ...) change nothing kvsim
-simulates: they are accepted and listed as ignored. A flag that would change the simulation in a
+simulates: they are accepted and listed as ignored. ``--api-server-count`` is taken: kvsim models
+the API-server processes in front of the engine (:mod:`sim.frontend`). A flag that would change the simulation in a
 way kvsim does not model (``-pp 2``, ``--cpu-offload-gb 8``) is refused in one line starting
 ``not modelled:``; its no-op value (``-pp 1``, ``--cpu-offload-gb 0``) is accepted. The line is
 in vLLM's usage context ``openai-server`` (its batch defaults, :func:`sim.memory.budget.batch_defaults`).
@@ -71,6 +72,7 @@ VALUES: dict[str, tuple[str, Conv]] = {
     "--kv-cache-memory-bytes": ("kv_memory", lambda f, v: human_readable_bytes(v, f)),
     "--swap-space": ("swap_space", _float), "--kv-offloading-size": ("kv_offloading_size", _float),
     "--seed": ("seed", human_int),
+    "--api-server-count": ("api_server_count", human_int),  # the API-server processes (sim/frontend)
 }
 BOOLS: dict[str, str] = {
     "--enable-prefix-caching": "enable_prefix_caching", "--enable-chunked-prefill": "chunked_prefill",
@@ -87,7 +89,7 @@ SERVER_VALUES = frozenset({
     "--chat-template", "--chat-template-content-format", "--response-role", "--tool-call-parser",
     "--reasoning-parser", "--tokenizer", "--tokenizer-mode", "--revision", "--code-revision",
     "--tokenizer-revision", "--download-dir", "--load-format", "--config-format", "--hf-token",
-    "--max-log-len", "--middleware", "--lora-modules", "--api-server-count", "--generation-config",
+    "--max-log-len", "--middleware", "--lora-modules", "--generation-config",
     "--override-generation-config", "--distributed-executor-backend", "--compilation-config",
     "--max-logprobs", "--otlp-traces-endpoint", "--collect-detailed-traces", "--log-config-file",
     "--worker-extension-cls", "--structured-outputs-config", "--guided-decoding-backend",
@@ -109,6 +111,8 @@ NOOP: dict[str, tuple[tuple[str, ...], str]] = {
     "--max-num-partial-prefills": (("1",), "several partial prefills per step (vLLM V1 supports 1)"),
     "--dtype": (("auto", "half", "float16", "bfloat16"), "a 4-byte model dtype (the catalog sizes 2-byte weights)"),
 }
+#: ``python -m MODULE --model X ...``: vLLM's OpenAI-compatible server started as a module
+API_SERVER_MODULES = frozenset({"vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main"})
 SPEC_METHODS = {"ngram": "ngram", "eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp", "deepseek_mtp": "mtp"}
 
 
@@ -127,6 +131,11 @@ class VllmServe:
 def _tokens(line: str | list[str]) -> list[str]:
     toks = shlex.split(line.replace("\\\n", " ")) if isinstance(line, str) else list(line)
     toks = [t for t in toks if t != "\\"]
+    if len(toks) >= 3 and re.fullmatch(r"(.*/)?python[0-9.]*", toks[0]) and toks[1] == "-m":
+        if toks[2] not in API_SERVER_MODULES:  # the OpenAI server run as a module takes the same flags
+            raise ConfigError(f"python -m {toks[2]}: not vLLM's server (expected python -m "
+                              f"{' | '.join(sorted(API_SERVER_MODULES))}, or vllm serve)")
+        toks = toks[3:]
     if toks[:1] == ["vllm"]:
         toks = toks[1:]
     if toks[:1] == ["serve"]:

@@ -11,6 +11,8 @@ TTFT parts (seconds, per request; they sum to its TTFT)::
     transfer      P/D: blocks allocated -> last byte landed (link latency + shared bandwidth)
     first_decode  P/D: landed -> first token (the decode step that computes the last prompt
                   token and samples; includes waiting for that step)
+    api_server    the API server's ingress (queue + tokenization, before the engine sees it) and
+                  the first token's egress (detokenize, stream; sim/frontend); 0 when none
 
 Unified requests (and those a decode instance prefilled locally under llm-d's threshold) have
 zero ``kv_wait``, ``transfer`` and ``first_decode``. Busy share: the share of the run's span in
@@ -24,7 +26,7 @@ import math
 import numpy as np
 import pandas as pd
 
-PARTS = ("queue", "prefill", "kv_wait", "transfer", "first_decode")
+PARTS = ("api_server", "queue", "prefill", "kv_wait", "transfer", "first_decode")
 ROLES = ("unified", "prefill", "decode")
 
 
@@ -35,7 +37,12 @@ def ttft_parts(req: pd.DataFrame) -> pd.DataFrame:
     fs = req["first_scheduled_s"].to_numpy(np.float64)
     ft = req["first_token_s"].to_numpy(np.float64)
     zero = np.where(np.isfinite(ft), 0.0, np.nan)
-    parts = {"queue": fs - arr, "prefill": ft - fs, "kv_wait": zero, "transfer": zero.copy(),
+    api = zero.copy()
+    if "engine_arrival_s" in req.columns:  # the front-end's share; the engine's times without it
+        eng = req["engine_arrival_s"].to_numpy(np.float64)
+        egress = np.nan_to_num(req["api_first_egress_s"].to_numpy(np.float64))
+        api, arr, ft = api + (eng - arr) + egress, eng, ft - egress
+    parts = {"api_server": api, "queue": fs - arr, "prefill": ft - fs, "kv_wait": zero, "transfer": zero.copy(),
              "first_decode": zero.copy()}
     if "prefill_done_s" in req.columns:
         done = req["prefill_done_s"].to_numpy(np.float64)

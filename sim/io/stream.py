@@ -119,16 +119,19 @@ class StepSink:
         return stats_of(self._sums, paged)
 
 
-def write_requests(reqs: Sequence[Request], path: Path, chunk: int | None = None) -> None:
+def write_requests(reqs: Sequence[Request], path: Path, chunk: int | None = None,
+                   extra: dict[str, np.ndarray] | None = None) -> None:
     """``requests.parquet`` in uid order, ``chunk`` rows at a time (same rows and types as
-    ``request_frame(reqs).to_parquet``)."""
+    ``request_frame(reqs).to_parquet``); ``extra``: more columns, one value per request, appended
+    in their order (the API server's, :mod:`sim.frontend.stage`)."""
+    extra = extra or {}
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path.parent.mkdir(parents=True, exist_ok=True)
     chunk = chunk or CHUNK
     if not reqs:
-        request_frame([]).to_parquet(path, index=False)
+        request_frame([]).assign(**{k: v[:0] for k, v in extra.items()}).to_parquet(path, index=False)
         return
     writer: Any = None
     try:
@@ -138,6 +141,8 @@ def write_requests(reqs: Sequence[Request], path: Path, chunk: int | None = None
             # parent uids index the whole list, not the chunk
             frame["parent_id"] = pd.Series([reqs[r.parent].request_id if r.parent >= 0 else None for r in part],
                                            dtype="str")
+            for name, col in extra.items():
+                frame[name] = col[i:i + chunk]
             table = pa.Table.from_pandas(frame, preserve_index=False,
                                          schema=None if writer is None else writer.schema)
             if writer is None:

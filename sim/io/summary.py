@@ -15,6 +15,7 @@ import pandas as pd
 from sim import __version__
 from sim.config.schema import SimConfig
 from sim.cost import StepCostModel, basis_of
+from sim.io.api_server import ApiServerInfo
 from sim.io.overload import Load, offered_load
 from sim.io.resolved import resolved_config
 from sim.io.stream import StepStats, step_stats
@@ -136,6 +137,7 @@ class Summary:
     cost_band: tuple[float, float] = (0.0, 0.0)  # step-time error band (optimistic, pessimistic), fractions
     timings: Timings = field(default_factory=Timings)
     trace: TraceInfo = field(default_factory=TraceInfo)
+    api_server: ApiServerInfo = field(default_factory=ApiServerInfo)  # the front-end's profile (sim/frontend)
     kvsim_version: str = __version__
 
     def to_json(self) -> dict[str, Any]:

@@ -24,6 +24,8 @@ import simpy
 from sim.collector import no_collections
 from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
+from sim.frontend.report import api_server_info
+from sim.frontend.stage import FrontEnd, enter, leave, no_frontend, with_columns
 from sim.io.ingest import make_requests
 from sim.io.records import StepLog
 from sim.io.results import request_columns, request_frame
@@ -96,6 +98,7 @@ def run_summary(cfg: SimConfig, parts: Components, requests_df: pd.DataFrame, st
     return dataclasses.replace(
         summarize(cfg, parts.budget, parts.cost, requests_df, stats, counters),
         timings=Timings(round(load_s, 4), round(sim_s, 4), 0.0), kv_offload=kv_offload_of(parts.kv, counters.prefix),
+        api_server=api_server_info(cfg),
         trace=TraceInfo(trace.path, trace.format, trace.num_requests, content_hash_of(trace),
                         trace.num_bad_rows, trace.notes))
 
@@ -121,6 +124,8 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
         if on_build is not None:
             on_build(parts)
         reqs = requests if requests is not None else make_requests(trace, cfg)
+        fe = FrontEnd.of(cfg)  # the API server(s): engine arrivals now, client times after the run
+        ing, inbox = enter(reqs, fe) if fe is not None else (None, reqs)
         env = simpy.Environment()
         kv, sched = parts.kv, parts.sched
         sink = StepSink(stream_to / "steps.parquet" if stream_to else None, kv.block_size) \
@@ -138,23 +143,24 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
                     progress(len(rep.finished) + len(rep.rejected), total)
 
         rep = new_replica(env, cfg, parts=parts, check=check, on_step=on_step, on_progress=on_progress)
-        rep.submit_all(reqs)
+        rep.submit_all(inbox)
         settle()  # the requests and the replica live through the run: out of the collector's sight
         env.run()
     if check:
         kv.check([])
+    api = leave(reqs, fe, ing) if fe is not None and ing is not None else no_frontend(reqs)
     sim_s = time.perf_counter() - t0
     counters = RunCounters(rep.ff_steps, rep.busy_s, sched.num_preemptions,
                            sched.preemption.fallbacks, kv.evictions, _prefix(sched.stats),
                            kv.paged, kv.block_size)
     if sink is None:
-        requests_df, steps = request_frame(reqs), rep.log.frame()
+        requests_df, steps = with_columns(request_frame(reqs), api), rep.log.frame()
         stats: pd.DataFrame | StepStats = steps
     else:
         stats, steps = sink.close(rep.log, kv.paged), StepLog().frame()
         if stream_to is not None:
-            write_requests(reqs, stream_to / "requests.parquet")
-        requests_df = request_columns(reqs)
+            write_requests(reqs, stream_to / "requests.parquet", extra=api)
+        requests_df = with_columns(request_columns(reqs), api)
     summary = run_summary(cfg, parts, requests_df, stats, counters, trace, load_s, sim_s)
     tables = "full" if sink is None else "streamed" if stream_to is not None else "summary"
     return SimResult(cfg, parts.budget, parts.cost.name, requests_df, steps, summary, tables, stream_to, counters)

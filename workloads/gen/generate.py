@@ -28,11 +28,11 @@ from workloads.gen.sharing import prefix_hash_ids
 from workloads.gen.spec import Spec
 
 
-def load_spec(path: str | Path) -> Spec:
-    """Parse and validate a YAML spec; errors are one line naming the key."""
+def read_spec_yaml(path: str | Path) -> object:
+    """The YAML document of a spec file (any kind ``kvsim trace gen`` reads); one-line errors."""
     p = Path(path)
     try:
-        raw = safe_load(p.read_text())
+        return safe_load(p.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -41,7 +41,11 @@ def load_spec(path: str | Path) -> Spec:
         mark = getattr(e, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
         raise ConfigError(f"{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
-    return parse_spec(raw, str(p))
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Parse and validate a YAML spec; errors are one line naming the key."""
+    return parse_spec(read_spec_yaml(path), str(path))
 
 
 def parse_spec(raw: object, where: str = "spec") -> Spec:
