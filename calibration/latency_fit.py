@@ -97,7 +97,7 @@ def fit_public(root: Path = pr.PROFILES, *, v1_window_s: float | None = 150.0,
     cpu = pr.vidur_cpu_rows(root)
     transfer = _transfer(root)
     doc: dict[str, Any] = {"schema": SCHEMA, "form": "t = eta[tp] t_fixed + eta_tok t_dense + eta_attn t_attn "
-                           "(>= roofline; max layers launch_s when launch-bound) + cpu_s[tp] + per_seq_s seqs + "
+                           "(each part >= its physics floor; max layers launch_s when launch-bound) + cpu_s[tp] + per_seq_s seqs + "
                            "[prefill] (prefill_s + prefill_n2_s sum_i chunk_i^2) (+ sched_s + sched_per_seq_s seqs, "
                            "hidden under async scheduling)",
                            "split": "held-out = every other point along each sweep (calibration/public_rows.py)",

@@ -39,6 +39,7 @@ from calibration.serving_runs import Stage
 from sim.config.schema import SimConfig, make_config
 from sim.cost.batch import CostBasis, StepBatch, basis_of
 from sim.cost.for_config import cost_model_for
+from sim.frontend.stage import FrontEnd, enter, leave
 from sim.io.ingest import make_requests
 from sim.io.results import request_frame
 from sim.memory.budget import model_for
@@ -166,10 +167,15 @@ def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150
     rec = Recorder(parts.cost)
     parts = parts._replace(cost=rec)
     reqs = make_requests(trace, cfg)
+    fe = FrontEnd.of(cfg)  # the API server, as simulate runs it: the client's times are measured
+    ing, inbox = enter(reqs, fe) if fe is not None else (None, reqs)
     env = simpy.Environment()
     rep = new_replica(env, cfg, parts=parts)
-    rep.submit_all(reqs)
+    rep.submit_all(inbox)
     env.run()
+    eng = request_frame(reqs)  # the engine's own times: the steps between them move with the stack
+    if fe is not None and ing is not None:
+        leave(reqs, fe, ing)
     q = request_frame(reqs)
     steps = rep.log.frame()
     ends = (steps["start_s"] + steps["duration_s"]).to_numpy()
@@ -180,11 +186,11 @@ def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150
     t_end = float(trace.df["arrival_s"].max())
     done = q[q["status"] == "finished"] if "status" in q else q
     meas = done if st.drains else done[done["arrival_s"] >= WARMUP_FRACTION * t_end]
-    a = meas["arrival_s"].to_numpy()
-    lo = np.searchsorted(ends, a, "right")
-    g_e2e = (cum[np.searchsorted(ends, meas["finish_s"].to_numpy() - 1e-12, "right") + 1] - cum[lo]).mean(axis=0) \
+    e = eng.loc[meas.index]
+    lo = np.searchsorted(ends, e["arrival_s"].to_numpy(), "right")
+    g_e2e = (cum[np.searchsorted(ends, e["finish_s"].to_numpy() - 1e-12, "right") + 1] - cum[lo]).mean(axis=0) \
         if len(meas) else np.zeros(len(FEATURES))
-    g_ttft = (cum[np.searchsorted(ends, meas["first_token_s"].to_numpy() - 1e-12, "right") + 1] - cum[lo]).mean(axis=0) \
+    g_ttft = (cum[np.searchsorted(ends, e["first_token_s"].to_numpy() - 1e-12, "right") + 1] - cum[lo]).mean(axis=0) \
         if len(meas) else np.zeros(len(FEATURES))
     last = q[q["arrival_s"] >= 0.75 * t_end]
     wait = float((last["first_scheduled_s"] - last["arrival_s"]).fillna(math.inf).mean()) if len(last) else 0.0

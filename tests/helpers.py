@@ -322,20 +322,24 @@ def a_run(lag: int, first_step: int, H: int, seed: int) -> Any:
     return RunRows(sh, ends, dts, ctx, cum)
 
 
+CPU_S, PER_SEQ_S, PREFILL_S = 1.86e-3, 6.25e-7, 8.7e-4  # a V1 engine's host terms (an earlier vllm-v1 fit)
+
+
 def known_stack(path: Path, *, eta: float = 1.1, eta_tok: float = 1.3, eta_attn: float = 1.15, cpu_x: float = 2.0,
                 per_seq_x: float = 3.0, prefill_x: float = 1.0) -> Path:
-    """A physical serving stack (kernel multipliers as given) whose CPU terms are the committed
-    vllm-v1's times ``cpu_x`` / ``per_seq_x`` / ``prefill_x``: the truth a fit should recover."""
+    """A physical serving stack (kernel multipliers as given, over the committed vllm-v1's kernel
+    basis) whose host terms are CPU_S, PER_SEQ_S, PREFILL_S times ``cpu_x`` / ``per_seq_x`` /
+    ``prefill_x``: the truth a fit should recover."""
     import yaml
 
     from sim.cost.stack import SCHEMA, committed_stacks
 
     v1 = committed_stacks()["vllm-v1"]
-    coef = {"launch_s": v1.launch_s, "per_seq_s": v1.per_seq_s * per_seq_x, "prefill_s": v1.prefill_s * prefill_x,
+    coef = {"launch_s": v1.launch_s, "per_seq_s": PER_SEQ_S * per_seq_x, "prefill_s": PREFILL_S * prefill_x,
             "prefill_n2_s": 0.0, "eta_tok": eta_tok, "eta_attn": eta_attn, "sched_s": v1.sched_s,
             "sched_per_seq_s": v1.sched_per_seq_s}
-    entry = {"description": "known", "engine": "test", "cuda_graphs": True, "fitted_on": {}, "coef": coef,
-             "by_tp": {1: {"cpu_s": v1.at_tp(1)[0] * cpu_x, "eta": eta}}}
+    entry = {"description": "known", "engine": "test", "cuda_graphs": True, "kernels": v1.kernels, "fitted_on": {}, "coef": coef,
+             "by_tp": {1: {"cpu_s": CPU_S * cpu_x, "eta": eta}}}
     path.write_text(yaml.safe_dump({"schema": SCHEMA, "stacks": {"known": entry}}))
     return path
 

@@ -118,7 +118,7 @@ def test_outside_the_grid_says_extrapolated_and_holds_the_rate() -> None:
     assert kt.generation_attention(8, 300_000, **LLAMA8B).extrapolated
     assert kt.context_attention(1, 40_000, **LLAMA8B).extrapolated
     assert not kt.context_attention(1, 8192, **LLAMA8B).extrapolated
-    assert kt.generation_attention(8, 2048, heads=40, kv_heads=40, head_dim=128).extrapolated  # no MHA-40 decode slice
+    assert kt.generation_attention(8, 2048, heads=42, kv_heads=3, head_dim=128).extrapolated  # no 14:1 shape
     assert kt.moe(64, 4000, 2000, 64, 4).extrapolated  # no such MoE shape
     assert not kt.moe(64, 4096, 14336, 8, 2, tp=2).extrapolated  # Mixtral TP 2
 
@@ -231,3 +231,13 @@ def test_lookup_is_fast() -> None:
     per_call = (time.perf_counter() - t0) / 4000
     assert per_call < 200e-6, f"{per_call * 1e6:.0f} us per lookup"
     assert math.isfinite(per_call)
+
+
+def test_an_unmeasured_head_shape_is_the_same_tiles_of_a_measured_one() -> None:
+    """MHA-40 has no decode slice: its b sequences are read as 5 b sequences of the measured 8/8 (the
+    kernels tile by sequence and KV head: the same tiles, bytes and FLOPs), not extrapolated."""
+    kt = require_tables(H100)
+    for b, n in ((1, 128), (8, 2048), (64, 4096)):
+        mha = kt.generation_attention(b, n, heads=40, kv_heads=40, head_dim=128)
+        assert b == 64 or not mha.extrapolated
+        assert mha.seconds == kt.generation_attention(5 * b, n, heads=8, kv_heads=8, head_dim=128).seconds

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
+import yaml
 
 from sim.cluster.slo import Slo, SloTarget
 from sim.config.schema import make_config
@@ -26,8 +29,19 @@ def cap(c: Candidate, qps: float) -> CapacityEstimate:
     return CapacityEstimate(c, qps, qps, qps, [], {}, "queueing", {})
 
 
-def test_pessimistic_edge_slows_steps_by_the_band_and_sizes_for_it() -> None:
+def banded_stack(path: Path) -> str:
+    """The committed vllm-v1 profile with a band of -10 % / +12 % (x1.5 when extrapolated)."""
+    from sim.cost.stack import SCHEMA, STACKS_PATH
+    entry = yaml.safe_load(STACKS_PATH.read_text())["stacks"]["vllm-v1"]
+    entry["band"] = {"optimistic": -0.1, "pessimistic": 0.12, "optimistic_extrapolated": -0.15,
+                     "pessimistic_extrapolated": 0.18, "basis": "test"}
+    path.write_text(yaml.safe_dump({"schema": SCHEMA, "stacks": {"banded": entry}}))
+    return str(path)
+
+
+def test_pessimistic_edge_slows_steps_by_the_band_and_sizes_for_it(tmp_path: Path) -> None:
     a100, h100 = Candidate("a100-80gb", 1), Candidate("h100", 1)
+    stack = banded_stack(tmp_path / "banded.yaml")
     calls: list[tuple[float, list[Candidate]]] = []
 
     def search(s: PlanSpec, cs: list[Candidate]) -> list[CapacityEstimate]:
@@ -36,8 +50,8 @@ def test_pessimistic_edge_slows_steps_by_the_band_and_sizes_for_it() -> None:
         calls.append((f, cs))
         return [cap(c, 4.0) for c in cs]  # capacity at the edge
 
-    edges = band_edges(spec(), [cap(a100, 5.0), cap(h100, 7.0)], DEMAND, search)
-    bands = {c.gpu: candidate_basis(c, spec().base) for c in (a100, h100)}
+    edges = band_edges(spec(serving_stack=stack), [cap(a100, 5.0), cap(h100, 7.0)], DEMAND, search)
+    bands = {c.gpu: candidate_basis(c, spec(serving_stack=stack).base) for c in (a100, h100)}
     # default stack vllm-v1 was fitted end to end on H100 (issue 16): H100 fitted, A100 extrapolated
     assert bands["h100"].basis == "fitted" and bands["a100-80gb"].basis == "extrapolated"
     # one search per distinct factor (fitted and extrapolated bands differ), each 1 + pessimistic band

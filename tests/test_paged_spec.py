@@ -62,7 +62,8 @@ def test_three_identical_50_token_prompts_in_one_step_hit_0_48_48() -> None:
     ids = tuple(range(50))
     trace = make_trace([{"arrival_s": 0.0, "prompt_tokens": 50, "output_tokens": 2,
                          "prompt_token_ids": list(ids)} for _ in range(3)])
-    res = simulate(make_config(num_gpu_blocks=200, max_model_len=1024, cost_model="constant:0.01"), trace, check=True)
+    res = simulate(make_config(num_gpu_blocks=200, max_model_len=1024, cost_model="constant:0.01",
+                                   api_server_count=0), trace, check=True)  # arriving at the engine together
     assert res.requests["prefix_hit_tokens"].tolist() == [0, 48, 48]
     assert (res.requests["first_scheduled_step"] == 0).all()
 

@@ -25,6 +25,7 @@ from sim.collector import no_collections
 from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
+from sim.frontend.stage import enter, fleet_frontend, leave, no_frontend
 from sim.io import stream
 from sim.io.ingest import make_requests
 from sim.io.results import request_columns
@@ -70,7 +71,9 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
         return lambda rep: sink.maybe_drain(rep.log)
 
     reps: list[Replica] = [new_replica(env, cfg, on_progress=drainer(s)) for cfg, s in zip(cfgs, sinks, strict=True)]
-    reqs = make_requests(trace, cfgs[0])
+    sent = make_requests(trace, cfgs[0])
+    fe = fleet_frontend(cfgs)
+    ing, reqs = enter(sent, fe) if fe is not None else (None, sent)  # reqs: engine-arrival order
     state = RouterState([1.0] * len(cfgs), cfgs[0].block_size)
     if spec.static or len(reps) == 1:
         assigned = np.empty(len(reqs), dtype=np.int64)
@@ -87,12 +90,13 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
     with no_collections():
         env.run()
     stats = tuple(s.close(rep.log, rep.kv.paged) for s, rep in zip(sinks, reps, strict=True))
+    api = leave(sent, fe, ing) if fe is not None and ing is not None else no_frontend(sent)
     if out is not None:
-        write_requests(reqs, out / "requests.parquet")
+        write_requests(sent, out / "requests.parquet", extra=api)
         pd.DataFrame({"replica": assigned}).to_parquet(out / "replica.parquet", index=False)
-    cols = request_columns(reqs)
+    cols = request_columns(sent)
     done = cols[cols["status"] == "finished"]
-    return FleetSummary(len(reqs), len(done), Percentiles.of(done["ttft_s"]), Percentiles.of(done["tpot_s"]),
+    return FleetSummary(len(sent), len(done), Percentiles.of(done["ttft_s"]), Percentiles.of(done["tpot_s"]),
                         Percentiles.of(done["e2e_s"]), stats,
                         tuple(int(r.sched.num_preemptions) for r in reps),
                         tuple(int(c) for c in np.bincount(assigned, minlength=len(reps))))

@@ -24,74 +24,40 @@ from collections.abc import Callable
 from sim.cost.batch import CostBasis, StepBatch
 from sim.cost.bulk import DecodeTerms
 from sim.cost.floor import build_floor, held_attention
+from sim.cost.kernels import Kernels, kernel_basis
 from sim.cost.labels import basis_of_terms, labels_of
-from sim.cost.moe import MoeCost, build_moe, moe_layers
-from sim.cost.roofline import allreduce_time
 from sim.cost.sources import Source, Term, allreduce_term, copy_term, pick, resolve
 from sim.cost.stack import DEFAULT_STACK, ServingStack, resolve_stack
 from sim.errors import ConfigError
 from sim.model.catalog import GpuSpec, ModelSpec
 
 NO_DATA = "no calibration data committed yet; run calibration/run_gpu.py on a GPU, or use --cost-model roofline"
-ETA_BW, ETA_C = 0.9, 0.8  # roofline fallback for a term no file covers (H200 measurement, specs.md)
-GEMM_KEYS = ("c0", "c_w", "c_act", "c_fl", "c_roof")
 PREFILLS_KEPT = 1 << 12  # prefill-only step times kept, then forgotten at once: ~1 MB (conv trace: 2,339 prompts)
 
 
 class CalibratedCost:
     """A StepCostModel with every coefficient folded with the model's shapes."""
 
-    __slots__ = ("_a0e", "_async", "_attn", "_basis", "_battn", "_bn", "_bs", "_bslab", "_cpu", "_d2h", "_dense",
-                 "_eta", "_eta_attn", "_eta_tok", "_fixed", "_floor", "_fn", "_fs", "_gemms", "_h2d", "_lm", "_moe",
-                 "_per_seq", "_pf", "_pf2", "_phys", "_prefills", "_sched", "_slab", "gpu", "labels", "model", "stack", "tp")
+    __slots__ = ("_a0e", "_async", "_attn", "_basis", "_battn", "_bn", "_bs", "_bslab", "_cpu", "_d2h",
+                 "_eta", "_eta_attn", "_eta_tok", "_fixed", "_floor", "_fn", "_fs", "_h2d",
+                 "_per_seq", "_pf", "_pf2", "_phys", "_prefills", "_sched", "_slab", "gpu", "kernels", "labels", "model",
+                 "stack", "tp")
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, terms: dict[str, Term | None],
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, kernels: Kernels,
                  stack: ServingStack, copy: dict[str, float] | None, basis: CostBasis,
                  labels: tuple[tuple[str, str], ...], *, enforce_eager: bool = False,
-                 async_scheduling: bool = True, expert_parallel: bool = False) -> None:
+                 async_scheduling: bool = True) -> None:
         self.model, self.gpu, self.tp, self.stack, self.labels, self._basis = model, gpu, tp, stack, labels, basis
-        m, L, nb = model, model.layers, model.dtype_bytes
-        hq, hkv, d, ffn = max(1, m.heads // tp), m.kv_heads_per_gpu(tp), m.head_dim, m.ffn // tp
-        kvb = m.layer_bytes_per_token(tp)  # K and V at the KV dtype; MLA: the latent, whole on every rank
-        paged, slab = terms["attention"], terms["attention_slab"]
-        assert paged is not None and slab is not None
-
-        def fold(c: dict[str, float]) -> tuple[float, ...]:
-            return (L * c.get("c0", 0.0), L * c.get("c_seq", 0.0), L * c.get("c_row", 0.0) * hq * d * 2 * nb,
-                    L * c.get("c_kv", 0.0) * kvb, L * c.get("c_fl", 0.0) * 4 * hq * d,
-                    L * c.get("c_pg", 0.0) * hkv)
-
-        self._attn, self._slab = fold(paged.coef), fold(slab.coef)
-        up = (2 if m.gated_mlp else 1) * ffn
-        dense_mlp = L - moe_layers(m)  # every layer of a dense model; DeepSeek-V3's first three
-        shapes = ((m.hidden, (hq + 2 * hkv) * d, L), (hq * d, m.hidden, L), (m.hidden, up, dense_mlp),
-                  (ffn, m.hidden, dense_mlp))
-        gemm = terms["gemm"]
-        self._gemms = tuple(self._gemm_line(gemm, k, mm, n) for k, mm, n in shapes if n)
-        self._lm = self._gemm_line(gemm, m.hidden, m.vocab // tp, 1)
-        self._moe: MoeCost | None = build_moe(
-            m, tp, expert_parallel, lambda k, mm, n, wb: self._gemm_line(gemm, k, mm, n, wb))
-        elem = terms["elementwise"]
-        kvw = kvb * 2 / (ETA_BW * gpu.bandwidth_bps)  # read new K/V + write to cache
-        if elem is not None:
-            e = elem.coef
-            dense0, dense1 = L * e.get("c0", 0.0), L * (e.get("c_h", 0.0) * m.hidden * nb + e.get("c_f", 0.0) * ffn * nb + kvw)
-        else:
-            dense0, dense1 = 0.0, L * (10 * m.hidden * nb / (ETA_BW * gpu.bandwidth_bps) + kvw)
-        ar = terms["allreduce"]
-        if tp > 1 and ar is not None:
-            c = ar.coef
-            dense0 += 2 * L * c.get("c0", 0.0)
-            dense1 += 2 * L * c.get("c_b", 0.0) * m.hidden * nb
-        self._dense = (dense0, dense1, tp > 1 and ar is None)
+        self.kernels = kernels
+        self._attn, self._slab = kernels.attn, kernels.slab
         self._cpu, self._eta = stack.at_tp(tp)
-        self._floor = L * stack.launch_floor(enforce_eager)
+        self._floor = model.layers * stack.launch_floor(enforce_eager)
         self._async, self._sched = async_scheduling, (stack.sched_s, stack.sched_per_seq_s)
         self._per_seq, self._pf, self._pf2 = stack.per_seq_s, stack.prefill_s, stack.prefill_n2_s
         self._h2d, self._d2h = (1.0 / ((copy or {}).get(f"{way}_gbps", gpu.pcie_gbps) * 1e9) for way in ("h2d", "d2h"))
         self._eta_tok = stack.eta_tok or self._eta
         self._eta_attn = stack.eta_attn or self._eta_tok
-        self._phys = ph = build_floor(m, gpu, tp)
+        self._phys = ph = build_floor(model, gpu, tp)
         memo: Callable[[], dict[int, float]] = dict  # token count and LM head parts: kernels, as run
         self._fn, self._bn, self._fs, self._bs = memo(), memo(), memo(), memo()
         self._prefills: dict[StepBatch, float] = {}
@@ -101,42 +67,17 @@ class CalibratedCost:
         self._battn, self._bslab = (held_attention(c, self._eta_attn, ph, paged=p)
                                     for c, p in ((self._attn, True), (self._slab, False)))
 
-    def _gemm_line(self, gemm: Term | None, k: int, mm: int, times: int,
-                   weight_bytes: float | None = None) -> tuple[float, float, float, float, float]:
-        """(c, slope, r_w, r_n, r_f): time(n) = times x (c + slope n + max(r_w + r_n n, r_f n)).
-        ``weight_bytes`` per weight (a quantized expert); activations stay in the model dtype."""
-        nb, bw, fl = self.model.dtype_bytes, self.gpu.bandwidth_bps, self.gpu.flops
-        w, act, flops = k * mm * (nb if weight_bytes is None else weight_bytes), (k + mm) * nb, 2.0 * k * mm
-        if gemm is None:
-            return (0.0, 0.0, times * w / (ETA_BW * bw), times * act / (ETA_BW * bw), times * flops / (ETA_C * fl))
-        c = [gemm.coef.get(x, 0.0) for x in GEMM_KEYS]
-        return (times * (c[0] + c[1] * w), times * (c[2] * act + c[3] * flops),
-                times * c[4] * w / bw, times * c[4] * act / bw, times * c[4] * flops / fl)
-
-    @staticmethod
-    def _line(g: tuple[float, ...], n: int) -> float:
-        c, s, rw, rn, rf = g
-        a, b = rw + rn * n, rf * n
-        return c + s * n + (a if a > b else b)
-
     def _n_part(self, n: int) -> float:
         """Everything that depends only on the step's token count (dense layers, all-reduce), memoised
         as kernel time (``_fn``) and as the stack runs it, held at its floor (``_bn``, returned)."""
-        d0, d1, analytic_ar = self._dense
-        t = d0 + d1 * n + sum(self._line(g, n) for g in self._gemms)
-        if self._moe is not None:
-            t += self._moe.time(n)
-        if analytic_ar:
-            t += allreduce_time(self.model, self.gpu, self.tp, n)
-        self._fn[n] = t
+        t = self._fn[n] = self.kernels.tokens(n)
         f0 = self._fn.get(0, t)  # as the stack runs it: never below its weights touched nor its FLOPs
         b = self._bn[n] = max(self._eta * f0 + self._eta_tok * (t - f0), *self._phys.tokens(n))
         return b
 
     def _s_part(self, seqs: int) -> float:
         """The LM head of ``seqs`` sequences (memoised like :meth:`_n_part`)."""
-        t = self._line(self._lm, seqs)
-        self._fs[seqs] = t
+        t = self._fs[seqs] = self.kernels.head(seqs)
         f0 = self._fs.get(0, t)
         b = self._bs[seqs] = max(self._eta * f0 + self._eta_tok * (t - f0), *self._phys.seqs(seqs))
         return b
@@ -270,10 +211,10 @@ def _sq_chunks(b: StepBatch) -> float:
 
 
 def build_calibrated(model: ModelSpec, gpu: GpuSpec, tp: int, sources: list[Source],
-                     stack: ServingStack | None = None, prefer: Source | None = None,
-                     **options: bool) -> CalibratedCost:
-    """``prefer``: a calibration file the user named; its terms win over the committed ones.
-    ``options``: ``enforce_eager``, ``async_scheduling``, ``expert_parallel``."""
+                     stack: ServingStack | None = None, prefer: Source | None = None, *,
+                     expert_parallel: bool = False, **options: bool) -> CalibratedCost:
+    """``prefer``: a calibration file the user named; its terms win over the committed ones and over
+    the kernel tables. ``options``: ``enforce_eager``, ``async_scheduling``."""
     if not sources:
         raise ConfigError(NO_DATA)
     stack = stack or resolve_stack(DEFAULT_STACK)
@@ -289,11 +230,12 @@ def build_calibrated(model: ModelSpec, gpu: GpuSpec, tp: int, sources: list[Sour
         "gemm": resolve(pick(sources, "gemm", gpu, prefer), "gemm", gpu),
         "elementwise": resolve(pick(sources, "elementwise", gpu, prefer), "elementwise", gpu),
         "allreduce": allreduce_term(sources, gpu, tp, prefer)}
+    tables = stack.kernels == "tables" and prefer is None  # a stack keeps the basis it was fitted over
+    kernels = kernel_basis(model, gpu, tp, terms, tables=tables, expert_parallel=expert_parallel)
     copy, copy_label = copy_term(sources, gpu, prefer)
-    labels = labels_of(terms, tp, copy_label, stack)
+    labels = labels_of(terms, tp, copy_label, stack, kernels)
     b = stack.band
     bands = {"fitted": (b.optimistic, b.pessimistic),
              "extrapolated": (b.optimistic_extrapolated, b.pessimistic_extrapolated)}
-    return CalibratedCost(model, gpu, tp, terms, stack, copy, basis_of_terms(model, gpu, tp, terms, stack, labels, bands), labels,
-                          **options)
-
+    basis = basis_of_terms(model, gpu, tp, terms, stack, labels, bands, kernels)
+    return CalibratedCost(model, gpu, tp, kernels, stack, copy, basis, labels, **options)

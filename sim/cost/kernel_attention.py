@@ -164,6 +164,24 @@ def _ctx_work(b: Any, s: Any, h: int, d: int, win: int) -> Any:
     return 4.0 * b * h * d * np.vectorize(pairs)(s, 0, win)
 
 
+def folded(store: Store, table: str, heads: int, kv_heads: int, kv_dtype: str, window: int | None,
+           head_dim: int) -> tuple[int, int, int] | None:
+    """(heads', kv_heads', r) of a measured shape with the same query heads per KV head, where
+    kv_heads = r x kv_heads': the attention kernels tile the work by (sequence, KV head), so ``b``
+    sequences of (heads, kv_heads) are ``r b`` sequences of (heads', kv_heads') -- the same tiles,
+    the same bytes and FLOPs. None when the shape is measured, or no such shape is."""
+    fixed, _ = _family(store, table, kv_dtype, window, head_dim)
+    have = _heads(store, table, fixed)
+    if (heads, kv_heads) in have or heads % kv_heads:
+        return None
+    g = heads // kv_heads
+    fits = [(h, k) for h, k in have if h == g * k and kv_heads % k == 0]
+    if not fits:
+        return None
+    h, k = max(fits)
+    return h, k, kv_heads // k
+
+
 def context(store: Store, batch: int, q_len: int, heads: int, kv_heads: int, head_dim: int,
             prefix: int = 0, kv_dtype: str = "bfloat16", window: int = 0) -> Lookup:
     """Causal prefill of q_len tokens per sequence after `prefix` cached ones.
@@ -172,6 +190,9 @@ def context(store: Store, batch: int, q_len: int, heads: int, kv_heads: int, hea
     (the same keys per query tile), and is never faster than decoding one token over that KV.
     """
     table = "context_attention"
+    f = folded(store, table, heads, kv_heads, kv_dtype, window, head_dim)
+    if f is not None:  # e.g. an MHA model's 32/32 as 4 x the sequences of a measured 8/8
+        return context(store, batch * f[2], q_len, f[0], f[1], head_dim, prefix, kv_dtype, window)
     win = window if window in _ints(store, table, "window") else 0
     p = plan(store, table, "q_len", lambda b, s, h, _k, d: _ctx_work(b, s, h, d, win),
              kv_dtype, window, head_dim, heads, kv_heads)
@@ -191,6 +212,9 @@ def generation(store: Store, batch: int, kv_len: int, heads: int, kv_heads: int,
                kv_dtype: str = "bfloat16", window: int = 0) -> Lookup:
     """One new token per sequence over kv_len cached keys (window: only the last `window` read)."""
     table = "generation_attention"
+    f = folded(store, table, heads, kv_heads, kv_dtype, window, head_dim)
+    if f is not None:
+        return generation(store, batch * f[2], kv_len, f[0], f[1], head_dim, kv_dtype, window)
     kv = canonical_dtype(kv_dtype)
     win = window if window in _ints(store, table, "window") else 0
     elem = KV_BYTES.get(kv if kv in store.choices(table, "kv_dtype") else "bfloat16", 2)

@@ -75,6 +75,8 @@ class ServingStack:
     sched_per_seq_s: float = 0.0
     eta_tok: float = 0.0                         # efficiency of the token-dependent dense time (0: eta)
     eta_attn: float = 0.0                        # efficiency of the attention's token terms (0: eta_tok)
+    kernels: str = "fits"                        # the kernel basis it was fitted over: "tables" (NVIDIA's
+                                                 # vLLM operator tables) or "fits" (Vidur's operator fits)
 
     @property
     def fitted_tps(self) -> tuple[int, ...]:
@@ -119,9 +121,16 @@ def _stack(name: str, d: dict[str, Any], where: str) -> ServingStack:
             source=str(fitted_on.get("source", "")), gpu=str(fitted_on.get("gpu", "")),
             engine=str(d.get("engine", "")), cuda_graphs=bool(d.get("cuda_graphs", False)),
             sched_s=float(c.get("sched_s", 0.0)), sched_per_seq_s=float(c.get("sched_per_seq_s", 0.0)),
-            eta_tok=float(c.get("eta_tok", 0.0)), eta_attn=float(c.get("eta_attn", 0.0)))
+            eta_tok=float(c.get("eta_tok", 0.0)), eta_attn=float(c.get("eta_attn", 0.0)),
+            kernels=_kernels(d.get("kernels", "fits"), name))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ConfigError(f"{where}: serving stack '{name}' is malformed ({e!r})") from None
+
+
+def _kernels(v: object, name: str) -> str:
+    if v not in ("tables", "fits"):
+        raise ValueError(f"kernels: {v!r}, expected 'tables' or 'fits'")
+    return str(v)
 
 
 def read_stacks(path: Path) -> dict[str, ServingStack]:
