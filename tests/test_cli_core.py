@@ -41,7 +41,9 @@ def test_simulate_with_no_arguments_runs_the_bundled_trace(tmp_path: Path) -> No
     # the default cost model is the calibrated one; every output says what its step times rest on
     assert summary["cost_model"].startswith("calibrated (h100, tp=1, vllm-v1 stack")
     # vllm-v1 was fitted end to end on H100 at TP 1 (issue 16): fitted, with its held-out band
-    assert summary["cost_basis"] == "fitted" and summary["cost_band"][1] > 0
+    # (an interval around 0 that is not empty: the refit errs slow, so its pessimistic edge is 0)
+    lo, hi = summary["cost_band"]
+    assert summary["cost_basis"] == "fitted" and lo <= 0 <= hi and lo < hi
     assert "step-time basis" in p.stdout
     assert "kvsim" in p.stdout and "TTFT" in p.stdout
 

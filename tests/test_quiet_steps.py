@@ -66,7 +66,8 @@ def filling_pool() -> tuple[dict[str, Any], Any]:
     from tests.conftest import make_trace
 
     rows = [dict(request_id=str(i), arrival_s=0.0, prompt_tokens=20, output_tokens=290 + i) for i in range(24)]
-    return dict(max_model_len=1024, block_size=16, num_gpu_blocks=490, max_num_seqs=32), make_trace(rows)
+    return (dict(max_model_len=1024, block_size=16, num_gpu_blocks=490, max_num_seqs=32, api_server_count=0),
+            make_trace(rows))  # all at the engine at once: no API server staggering them
 
 
 @pytest.mark.parametrize("name", ["async-tight-pool", "sync-caching", "filling-pool"])
