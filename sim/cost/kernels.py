@@ -10,8 +10,9 @@ Two bases give them, and :func:`kernel_basis` picks one per GPU:
 
 - :class:`TableKernels` (the default where the GPU has them): NVIDIA's vLLM operator tables
   (aiconfigurator-core, :mod:`sim.cost.kernel_tables`, :mod:`sim.cost.table_basis`). ``tokens`` is
-  read from the tables at 4 points per octave of N (1 .. 65,536) and interpolated linearly between
-  them, so a step costs no lookup (within 1 % of a direct lookup: tests/test_kernel_basis.py);
+  read from the tables at the token counts they measured (and every power of two to 65,536) and
+  interpolated linearly between them, so a step costs no lookup (within 1 % of a direct lookup:
+  tests/test_kernel_basis.py);
 - :class:`FitKernels`: the operator fits of ``sources.py`` (Vidur's 2024 profiles, or your own
   harness run), the labelled fallback for a GPU the tables lack (l4, mi300x, a100-40gb) and the
   basis wherever a harness fit was named (``--calibration``).
@@ -34,7 +35,6 @@ from sim.model.catalog import GpuSpec, ModelSpec
 
 ETA_BW, ETA_C = 0.9, 0.8  # roofline fallback for a term no file covers (H200 measurement, specs.md)
 GEMM_KEYS = ("c0", "c_w", "c_act", "c_fl", "c_roof")
-GRID = np.unique(np.round(2.0 ** (np.arange(0, 16 * 4 + 1) / 4.0)).astype(np.int64))  # 1 .. 65,536
 Line = tuple[float, float, float, float, float]
 Attn = tuple[float, float, float, float, float, float]
 
@@ -130,13 +130,14 @@ class TableKernels:
     """Kernel time from NVIDIA's vLLM operator tables; ``label`` names them, ``fit_mape`` is the
     attention form's error over its grid, ``notes`` what left the measured grid."""
 
-    __slots__ = ("_basis", "_e0", "_e1", "_ys", "attn", "fit_mape", "label", "notes", "slab")
+    __slots__ = ("_basis", "_e0", "_e1", "_xs", "_ys", "attn", "fit_mape", "label", "notes", "slab")
 
     def __init__(self, basis: TableBasis, gpu: GpuSpec, page_coef: float, elem: Term | None) -> None:
         m, tp = basis.model, basis.tp
         self._basis = basis
         self._e0, self._e1 = elementwise(m, gpu, tp, elem)
-        self._ys = np.array([basis.dense(int(n)) for n in GRID])
+        self._xs = basis.token_grid()
+        self._ys = np.array([basis.dense(int(n)) for n in self._xs])
         self.attn, self.fit_mape = basis.attention(page_coef)
         self.slab = (*self.attn[:5], 0.0)
         self.notes = tuple(sorted(basis.notes))
@@ -145,11 +146,11 @@ class TableKernels:
     def tokens(self, n: int) -> float:
         """Elementwise + the tables' token-count kernels; 0 tokens: the one-token time (the weights
         read once: the step's token-independent part, which the stack's ``eta`` multiplies)."""
-        x = n if n > 1 else 1
-        if x <= GRID[-1]:
-            t = float(np.interp(x, GRID, self._ys))
+        x, xs, ys = (n if n > 1 else 1), self._xs, self._ys
+        if x <= xs[-1]:
+            t = float(np.interp(x, xs, ys))
         else:  # past 65,536 tokens: the last octave's slope (extrapolated)
-            t = float(self._ys[-1] + (self._ys[-1] - self._ys[-5]) / (GRID[-1] - GRID[-5]) * (x - GRID[-1]))
+            t = float(ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (x - xs[-1]))
         return self._e0 + self._e1 * n + t
 
     def head(self, seqs: int) -> float:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from scipy.optimize import nnls
 
 from sim.cost.kernel_store import Lookup
 from sim.cost.kernel_tables import KernelTables
@@ -101,6 +100,12 @@ class TableBasis:
             t += self._gemm(n, 2 * sf, m.hidden) + self._gemm(n, m.hidden, sf)
         return t
 
+    def token_grid(self) -> np.ndarray:
+        """The token counts the GEMM table measured (1, 2, ..., 17, 32, 33, 48, ..., 32,768), with
+        every power of two up to 65,536: between them a step's dense time is interpolated."""
+        m = self._kt.store.frame("gemm")["m"].to_numpy(np.int64)
+        return np.unique(np.r_[m, 2 ** np.arange(17)]).astype(np.int64)
+
     def head(self, seqs: int) -> float:
         """Seconds of the LM head over ``seqs`` sequences."""
         if seqs <= 0:
@@ -116,7 +121,7 @@ class TableBasis:
         pages = x[:, 5]
         target = np.maximum(y - page_coef * pages, 0.5 * y)
         a = x[:, :5] / target[:, None]
-        coef, _ = nnls(a, np.ones(len(y)))
+        coef = nnls(a, np.ones(len(y)))
         pred = x[:, :5] @ coef + page_coef * pages
         mape = float(np.mean(np.abs(pred / y - 1.0)))
         c0, cs, cr, ck, cf = (float(v) for v in coef)
@@ -147,3 +152,28 @@ class TableBasis:
             rows.append((1.0, b, b * q, ctx, pairs, b * -(-(p + q) // 16)))
             times.append(L * self._t(lk))
         return rows, times
+
+
+def nnls(a: np.ndarray, b: np.ndarray, iters: int = 100) -> np.ndarray:
+    """min |a x - b| subject to x >= 0 (Lawson and Hanson's active set). Here rather than
+    scipy.optimize.nnls: importing scipy.optimize costs 0.5-0.9 s, once per process, more than a
+    whole replay of the 70B benchmark; a handful of columns needs no more than this."""
+    n = a.shape[1]
+    x, free = np.zeros(n), np.zeros(n, dtype=bool)
+    for _ in range(iters):
+        w = a.T @ (b - a @ x)
+        if free.all() or (w[~free] <= 1e-12 * max(1.0, float(np.abs(w).max()))).all():
+            break
+        free[np.argmax(np.where(free, -np.inf, w))] = True
+        while True:
+            z = np.zeros(n)
+            z[free] = np.linalg.lstsq(a[:, free], b, rcond=None)[0]
+            if (z[free] > 0).all():
+                x = z
+                break
+            neg = free & (z <= 0)
+            alpha = float(np.min(x[neg] / (x[neg] - z[neg])))
+            x = x + alpha * (z - x)
+            free &= x > 1e-15
+            x[~free] = 0.0
+    return x
