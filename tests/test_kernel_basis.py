@@ -64,3 +64,13 @@ def test_nnls_is_scipys() -> None:
         x, (y, _) = nnls(a, b), scipy_nnls(a, b)
         assert (x >= 0).all()
         assert np.linalg.norm(a @ x - b) == pytest.approx(np.linalg.norm(a @ y - b), abs=1e-9)
+
+
+def test_an_fp8_moe_reads_the_table_that_measured_its_shape() -> None:
+    """DeepSeek-V3 (FP8, 128x128 blocks) on H200 at TP 8: the block table measured its shape; the
+    per-tensor one did not (scaled from a neighbour, and 4-9x slower): the measured one is read."""
+    b = TableBasis(kernel_tables("h200"), resolve_model("deepseek-v3"), 8)  # type: ignore[arg-type]  # h200 has tables
+    got = b._moe_lookup(64, 2048, 8, 1)
+    assert not got.extrapolated and "fp8_block" in got.note
+    per_tensor = kernel_tables("h200").moe(64, 7168, 2048, 256, 8, tp=8, ep=1, dtype="fp8")  # type: ignore[union-attr]
+    assert per_tensor.extrapolated and per_tensor.seconds > got.seconds

@@ -90,10 +90,7 @@ class TableBasis:
     def _moe(self, n: int) -> float:
         m, tp, ep = self.model, self.tp, self._ep
         f = m.expert_ffn or m.ffn
-        dt = self._mdt if self._mdt in self._kt.store.choices("moe", "dtype") else "bfloat16"
-        if dt != self._mdt:  # e.g. A100's table has bf16 experts only: an upper bound, said so
-            self.notes.add(f"moe {self._mdt} experts timed as bfloat16 ({self._kt.store.label('moe')})")
-        t = self._t(self._kt.moe(n, m.hidden, f, m.num_experts, m.experts_per_token, tp=tp // ep, ep=ep, dtype=dt))
+        t = self._t(self._moe_lookup(n, f, tp // ep, ep))
         t += self._gemm(n, m.num_experts, m.hidden, "bfloat16")  # the router
         if m.shared_experts:
             sf = max(1, m.shared_experts * f // tp)
@@ -105,6 +102,21 @@ class TableBasis:
         every power of two up to 65,536: between them a step's dense time is interpolated."""
         m = self._kt.store.frame("gemm")["m"].to_numpy(np.int64)
         return np.unique(np.r_[m, 2 ** np.arange(17)]).astype(np.int64)
+
+    def _moe_lookup(self, n: int, f: int, tp: int, ep: int) -> Lookup:
+        """The expert GEMMs from the table of the checkpoint's dtype. An FP8 checkpoint may be
+        per-tensor or 128x128-block scaled (DeepSeek's): both tables are read and a shape the
+        table measured wins over one scaled from a neighbour, then the faster (vLLM picks its
+        kernel by checkpoint; the per-tensor table is 4-9x slower than the block one where both
+        hold DeepSeek-V3's shape)."""
+        m, have = self.model, self._kt.store.choices("moe", "dtype")
+        want = ("fp8_block", "fp8") if self._mdt == "fp8" else (self._mdt,)
+        dts = [d for d in want if d in have]
+        if not dts:  # e.g. A100's table has bf16 experts only: an upper bound, said so
+            self.notes.add(f"moe {self._mdt} experts timed as bfloat16 ({self._kt.store.label('moe')})")
+            dts = ["bfloat16"]
+        got = [self._kt.moe(n, m.hidden, f, m.num_experts, m.experts_per_token, tp=tp, ep=ep, dtype=d) for d in dts]
+        return min(got, key=lambda lk: (lk.extrapolated, lk.seconds))
 
     def head(self, seqs: int) -> float:
         """Seconds of the LM head over ``seqs`` sequences."""
