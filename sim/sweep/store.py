@@ -85,7 +85,8 @@ class SweepStore:
 _DTYPES = {int: "Int64", int | None: "Int64", float: "float64", float | None: "float64",
            bool: "boolean", bool | None: "boolean"}
 #: metric columns a failed point leaves empty, typed as if every point had them
-_METRIC_DTYPES = {"overloaded": "boolean", "backlog_at_last_arrival": "Int64"}
+_METRIC_DTYPES = {"overloaded": "boolean", "backlog_at_last_arrival": "Int64", "overloaded_in_bursts": "boolean",
+                  "queue_peak": "Int64"}
 
 
 def _typed_columns(df: pd.DataFrame) -> pd.DataFrame:
