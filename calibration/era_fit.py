@@ -1,7 +1,9 @@
 """The two current-era stacks, fitted on shipped public data (``calibration/data/public``):
 
 - ``vllm-v1``: vLLM v0.15.1 (V1 engine) end to end on H100 (:mod:`calibration.v1_fit` over the
-  stages of ``vllm-0.15.1-h100/experiments.json``); band from leave-one-run-out stage errors;
+  stages of ``vllm-0.15.1-h100/experiments.json``); step-time, E2E and TTFT bands from
+  leave-one-run-out stage errors, and the regime its stages' replays covered (``regime:``,
+  :mod:`calibration.fit_regime`), outside which a run is no longer "fitted";
 - ``vllm-0.6``: vLLM 0.5.4-0.6.1 (V0, CUDA graphs, multiprocessing workers) on LLM-Inference-Bench
   static batches, A100-40GB and H100 (:mod:`calibration.static_bench`); band from held-out rows.
 
@@ -18,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from calibration import static_bench as sb
+from calibration.fit_regime import regime_block, stage_bands
 from calibration.public_rows import PUBLIC
 from calibration.serving_runs import Stage, read_results
 from calibration.v1_fit import V1Fit, fit_v1, leave_one_run_out, stack_entry
@@ -33,7 +36,8 @@ def band_of(ratio: np.ndarray, n: int, what: str) -> dict[str, Any]:
     lo, hi = (float(np.percentile(ratio, q)) for q in (10, 90))
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     inside = float(np.mean((ratio >= lo - 1e-12) & (ratio <= hi + 1e-12)) * 100)
-    b = Band(round(lo, 4), round(hi, 4), round(lo * 1.5, 4), round(hi * 1.5, 4))
+    # widened, but never past -100 %: measured / predicted - 1 cannot fall below -1
+    b = Band(round(lo, 4), round(hi, 4), round(max(lo * 1.5, -0.99), 4), round(hi * 1.5, 4))
     return {"optimistic": b.optimistic, "pessimistic": b.pessimistic,
             "optimistic_extrapolated": b.optimistic_extrapolated, "pessimistic_extrapolated": b.pessimistic_extrapolated,
             "basis": f"10th/90th percentile of measured/predicted - 1 on {n} held-out {what} ({inside:.0f} % inside); "
@@ -72,15 +76,17 @@ def fit_vllm_v1(root: Path = RUNS, *, window_s: float | None = 150.0, stages: li
                                     "hidden behind the GPU under async scheduling; fitted end to end on vLLM v0.15.1, H100")
     entry["stages"] = rows
     entry["band"] = band_of(ratio, len(ratio), "stages (leave one run out, mean E2E)")
+    entry["band_e2e"], entry["band_ttft"] = stage_bands(rows)
     entry["iterations"] = fit.iterations
     over = [s for s in stages if s.overloaded]
-    if over:
-        import tempfile
+    import tempfile
 
-        from calibration.replay import replay
-        from calibration.v1_fit import write_profile
-        with tempfile.TemporaryDirectory() as tmp:
-            prof = write_profile(Path(tmp) / "v1.yaml", "vllm-v1", entry)
+    from calibration.replay import replay
+    from calibration.v1_fit import write_profile
+    with tempfile.TemporaryDirectory() as tmp:
+        prof = write_profile(Path(tmp) / "v1.yaml", "vllm-v1", entry)
+        entry["regime"] = regime_block([s for s in stages if not s.overloaded], str(prof), window_s=window_s)
+        if over:
             entry["overloaded"] = []
             for s in over:
                 r = replay(s, str(prof), window_s=window_s)

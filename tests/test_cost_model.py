@@ -190,4 +190,5 @@ def test_fast_forward_stays_bit_identical_under_the_calibrated_model(bundled_tra
     ff = simulate(make_config(**kw), bundled_trace)
     ex = simulate(make_config(exact_steps=True, **kw), bundled_trace)
     assert ff.requests.equals(ex.requests) and ff.steps.equals(ex.steps)
-    assert ff.summary.cost_basis == "fitted"
+    # the model is fitted on H100 at TP 2, but this trace's contexts run past the fitted regime
+    assert ff.summary.cost_basis == "extrapolated" and "context p95" in ff.summary.cost_basis_detail

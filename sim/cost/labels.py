@@ -34,7 +34,8 @@ def basis_of_terms(model: ModelSpec, gpu: GpuSpec, tp: int, terms: dict[str, Ter
     """``fitted``: the stack was fitted at this TP, either on this GPU (an end-to-end fit absorbs
     how the operator terms transfer to it) or with this GPU's kernels measured by your own harness
     run; another GPU or TP is ``extrapolated``, and so is a MoE (no stack was fitted on MoE
-    measurements)."""
+    measurements). Batch and context ranges are a property of a run, not of the cost model: the
+    summary checks them against ``stack.regime`` after the run."""
     key = ["attention", "gemm"] + (["allreduce"] if tp > 1 else [])
     tables = isinstance(kernels, TableKernels)
     own = tables or all((t := terms[k]) is not None and t.own for k in key)
@@ -59,4 +60,7 @@ def basis_of_terms(model: ModelSpec, gpu: GpuSpec, tp: int, terms: dict[str, Ter
     if not stack_tp:
         how.append(f"{stack.name} stack fitted at TP {', '.join(map(str, stack.fitted_tps))}; "
                    f"TP {tp} interpolated in log2(TP)")
+    if (r := stack.regime) is not None:  # a run outside it is judged after the run (sim/cost/regime.py)
+        how.append(f"{stack.name} fitted for batch <= {r.batch[1]:,.0f}, context <= {r.context[1]:,.0f}, "
+                   f"prompt <= {r.prompt[1]:,.0f} tokens (p95 of its fit stages); each run is checked against them")
     return CostBasis(basis, "; ".join(how), bands["fitted" if basis == "fitted" else "extrapolated"])

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from sim.cost.regime import Regime, regime_of
 from sim.errors import ConfigError
 from sim.safe_yaml import safe_load
 
@@ -77,6 +78,9 @@ class ServingStack:
     eta_attn: float = 0.0                        # efficiency of the attention's token terms (0: eta_tok)
     kernels: str = "fits"                        # the kernel basis it was fitted over: "tables" (NVIDIA's
                                                  # vLLM operator tables) or "fits" (Vidur's operator fits)
+    regime: Regime | None = None                 # where an end-to-end fit holds (sim/cost/regime.py)
+    band_e2e: Band | None = None                 # held-out mean E2E and TTFT error bands of that fit
+    band_ttft: Band | None = None
 
     @property
     def fitted_tps(self) -> tuple[int, ...]:
@@ -107,7 +111,6 @@ def _stack(name: str, d: dict[str, Any], where: str) -> ServingStack:
     try:
         c = d["coef"]
         by_tp = {int(t): v for t, v in d["by_tp"].items()}
-        b = d.get("band") or {}
         fitted_on = d.get("fitted_on") or {}
         return ServingStack(
             name=name, description=str(d.get("description", "")),
@@ -115,16 +118,22 @@ def _stack(name: str, d: dict[str, Any], where: str) -> ServingStack:
             prefill_s=float(c["prefill_s"]), prefill_n2_s=float(c["prefill_n2_s"]),
             cpu_s=tuple((t, float(v["cpu_s"])) for t, v in sorted(by_tp.items())),
             eta=tuple((t, float(v["eta"])) for t, v in sorted(by_tp.items())),
-            band=Band(float(b.get("optimistic", 0.0)), float(b.get("pessimistic", 0.0)),
-                      float(b.get("optimistic_extrapolated", b.get("optimistic", 0.0))),
-                      float(b.get("pessimistic_extrapolated", b.get("pessimistic", 0.0))), str(b.get("basis", ""))),
+            band=_band(d.get("band") or {}),
             source=str(fitted_on.get("source", "")), gpu=str(fitted_on.get("gpu", "")),
             engine=str(d.get("engine", "")), cuda_graphs=bool(d.get("cuda_graphs", False)),
             sched_s=float(c.get("sched_s", 0.0)), sched_per_seq_s=float(c.get("sched_per_seq_s", 0.0)),
             eta_tok=float(c.get("eta_tok", 0.0)), eta_attn=float(c.get("eta_attn", 0.0)),
-            kernels=_kernels(d.get("kernels", "fits"), name))
+            kernels=_kernels(d.get("kernels", "fits"), name), regime=regime_of(d.get("regime")),
+            band_e2e=_band(d["band_e2e"]) if d.get("band_e2e") else None,
+            band_ttft=_band(d["band_ttft"]) if d.get("band_ttft") else None)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ConfigError(f"{where}: serving stack '{name}' is malformed ({e!r})") from None
+
+
+def _band(b: dict[str, Any]) -> Band:
+    return Band(float(b.get("optimistic", 0.0)), float(b.get("pessimistic", 0.0)),
+                float(b.get("optimistic_extrapolated", b.get("optimistic", 0.0))),
+                float(b.get("pessimistic_extrapolated", b.get("pessimistic", 0.0))), str(b.get("basis", "")))
 
 
 def _kernels(v: object, name: str) -> str:

@@ -15,6 +15,7 @@ import pandas as pd
 from sim import __version__
 from sim.config.schema import SimConfig
 from sim.cost import StepCostModel, basis_of
+from sim.cost.regime import run_regime
 from sim.io.api_server import ApiServerInfo
 from sim.io.overload import Load, offered_load
 from sim.io.resolved import resolved_config
@@ -135,6 +136,11 @@ class Summary:
     cost_basis: str = ""               # fitted | extrapolated | uncalibrated | exact (sim/cost/batch.py)
     cost_basis_detail: str = ""        # each term's source; how it was extrapolated
     cost_band: tuple[float, float] = (0.0, 0.0)  # step-time error band (optimistic, pessimistic), fractions
+    # the run against the stack's fitted regime (batch, context, prompt; sim/cost/regime.py): its own
+    # fitted | extrapolated verdict and how far; with the held-out mean E2E and TTFT bands that verdict picks
+    cost_regime: dict[str, Any] = field(default_factory=dict)
+    cost_band_e2e: tuple[float, float] = (0.0, 0.0)
+    cost_band_ttft: tuple[float, float] = (0.0, 0.0)
     timings: Timings = field(default_factory=Timings)
     trace: TraceInfo = field(default_factory=TraceInfo)
     api_server: ApiServerInfo = field(default_factory=ApiServerInfo)  # the front-end's profile (sim/frontend)
@@ -162,6 +168,9 @@ class Summary:
                 out[k] = v
         out["cost_model_name"] = out.pop("cost_model")
         out["cost_band_optimistic"], out["cost_band_pessimistic"] = s["cost_band"]
+        out["cost_regime_basis"] = s["cost_regime"].get("basis", "")
+        for k in ("e2e", "ttft"):
+            out[f"cost_band_{k}_optimistic"], out[f"cost_band_{k}_pessimistic"] = s[f"cost_band_{k}"]
         out.update(s["load"])  # offered_rps, served_rps, backlog_at_last_arrival, overloaded
         out["simulate_s"] = s["timings"]["simulate_s"]
         return out
@@ -194,8 +203,12 @@ def summarize(cfg: SimConfig, budget: KvBudget, cost: StepCostModel, req: pd.Dat
     rate = (lambda x: x / span) if span > 0 else (lambda x: 0.0)
     config, defaults = resolved_config(cfg, budget)
     basis = basis_of(cost)
+    reg = run_regime(cost, basis.basis, req)
+    run_basis = reg.report.get("basis") or basis.basis  # fitted only inside the fitted regime
+    detail = basis.detail if run_basis == basis.basis else f"{basis.detail}; this run: {reg.report['detail']}"
     return Summary(
-        cost_basis=basis.basis, cost_basis_detail=basis.detail, cost_band=basis.band,
+        cost_basis=run_basis, cost_basis_detail=detail, cost_band=basis.band,
+        cost_regime=reg.report, cost_band_e2e=reg.band_e2e, cost_band_ttft=reg.band_ttft,
         config=config, config_defaults=defaults, cost_model=cost.name, num_gpu_blocks=budget.num_gpu_blocks,
         budget=budget.as_dict(), num_requests=len(req), num_finished=len(done),
         num_rejected=int((req["status"] == "rejected").sum()),
