@@ -33,7 +33,7 @@ def requests(wait_s: float, prefill_s: float, n: int = 20) -> pd.DataFrame:
 FREE = dict(free=50)   # a pool with room
 CASES = {
     "kv-memory": (steps(10, waiting=3, running=5, free=1), 256, TTFT, None),
-    "max_num_seqs": (steps(10, waiting=3, running=8, **FREE), 8, TTFT, None),
+    "seq-cap": (steps(10, waiting=3, running=8, **FREE), 8, TTFT, None),
     "prefill-interference": (steps(10, waiting=0, running=8, prefill=100, decode=7, **FREE), 256, TPOT, None),
     "decode-steps": (steps(10, waiting=0, running=8, prefill=0, decode=8, **FREE), 256, TPOT, None),
     "token-budget": (steps(10, waiting=2, running=8, prefill=8192, **FREE), 256, TTFT, None),
@@ -78,7 +78,7 @@ def test_small_kv_pool_binds_on_memory() -> None:
 
 def test_low_max_num_seqs_binds_on_the_batch_cap() -> None:
     d = _run(max_num_seqs=2)
-    assert classify(d) == "max_num_seqs"
+    assert classify(d) == "seq-cap"
 
 
 def test_long_prompts_at_low_load_bind_on_prefill_compute() -> None:
@@ -93,3 +93,22 @@ def test_long_prompts_at_low_load_bind_on_prefill_compute() -> None:
     b = res.budget
     d = diagnose(res.steps, n, 0, b.max_num_seqs, b.max_num_batched_tokens, ("ttft_p99<=0.1s",), res.requests)
     assert d.tail_wait_share < 0.1 and classify(d) == "prefill-compute"
+
+
+def test_long_prompts_stalling_decodes_bind_on_prefill_interference() -> None:
+    """16k-token prompts in 8,192-token chunks beside running decodes (roofline step times): a
+    decode that shares its step with a chunk waits for it (~0.2 s against ~9 ms), so a large part
+    of TPOT is chunks although most steps and most of the time are pure decode (the old rule,
+    time in mixed steps >= 50 %, said `decode-steps`); the label names the chunk size."""
+    n = 40
+    df = pd.DataFrame({"arrival_s": np.arange(n, dtype=float), "prompt_tokens": np.full(n, 16000),
+                       "output_tokens": np.full(n, 300)})
+    cfg = make_config(model="llama-3.1-8b", cost_model="roofline", max_num_batched_tokens=8192,
+                      max_num_seqs=64, max_model_len=20000)
+    res = simulate(cfg, to_trace(df))
+    b = res.budget
+    d = diagnose(res.steps, n, 0, b.max_num_seqs, b.max_num_batched_tokens, ("tpot_p99<=0.012s",), res.requests)
+    pure = float((res.steps["prefill_tokens"] == 0).mean())
+    assert pure > 0.5 and d.prefill_step_share < 0.5 and d.prefill_tpot_share > 1 / 3
+    assert classify(d) == "prefill-interference"
+    assert "max-num-batched-tokens" in LABELS["prefill-interference"][1]

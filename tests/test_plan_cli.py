@@ -73,3 +73,21 @@ def test_bad_flags_are_one_line_errors(args: tuple[str, ...], msg: str) -> None:
 def test_window_too_small_for_p99_is_refused() -> None:
     code, text = kvsim(str(bundled_trace()), "--slo-ttft-p99", "1", "--window", "200", "--workers", "1")
     assert code == 2 and "--window 200" in text and "use --window >=" in text
+
+
+def test_a_pasted_lines_knobs_and_tp_show_in_the_rows_and_inputs(tmp_path: Path) -> None:
+    """Issue 50 item 12: knobs set in a pasted `vllm serve` line are named in the rows (not
+    "defaults"), whole in the table; inputs.yaml names the cost model of the TP planned."""
+    head = tmp_path / "head.csv"
+    head.write_text("\n".join(bundled_trace().read_text().splitlines()[:121]) + "\n")
+    out = tmp_path / "plan"
+    code, text = kvsim(str(head), "--slo-ttft-p90", "2", "--slo-tpot-p90", "0.2", "--seeds", "1", "--window", "120",
+                       "--search-iters", "1", "--workers", "1", "--no-band", "--no-validate", "--out", str(out),
+                       "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "-tp", "2",
+                       "--max-num-batched-tokens", "4096")
+    assert code == 0, text
+    t = pd.read_csv(out / "plan.csv")
+    assert list(t["knobs"]) == ["max_num_batched_tokens=4096"] and list(t["tp"]) == [2]
+    assert "max_num_batched_tokens=4096" in text
+    inputs = yaml.safe_load((out / "inputs.yaml").read_text())
+    assert "tp=2" in inputs["cost_model"] and "tp=1" not in inputs["cost_model"]

@@ -121,8 +121,12 @@ def test_pd_labels_are_defined_and_read_off_the_pd_shares() -> None:
         assert LABELS[label][0] and LABELS[label][1]
     base = Diagnostics(0.5, 0.5, 0.0, 0.0, 0.0, ("ttft_p90<=1s",))
     assert classify(Diagnostics(**{**base.as_dict(), "transfer_share": 0.4})) == "link-bandwidth"
-    blocked = {**base.as_dict(), "kv_blocked_share": 0.3, "recv_wait_share": 0.6, "transfer_share": 0.3}
+    blocked = {**base.as_dict(), "kv_blocked_share": 0.3, "recv_wait_share": 0.6, "transfer_share": 0.3,
+               "decode_kv_short_share": 0.5}
     assert classify(Diagnostics(**blocked)) == "decode-kv-receive"
+    roomy = {**blocked, "decode_kv_short_share": 0.0}                 # pulls waited, the pool had room
+    assert classify(Diagnostics(**{**roomy, "decode_seq_full_share": 0.6})) == "seq-cap"
+    assert classify(Diagnostics(**roomy)) != "decode-kv-receive"
     assert classify(Diagnostics(**{**blocked, "kv_blocked_share": 0.0})) == "link-bandwidth"  # no pull waited
     assert classify(base) == "kv-memory"                          # a replica's rules otherwise
 
@@ -147,6 +151,17 @@ def test_a_decode_pool_barely_one_request_large_binds_on_decode_kv_receive() -> 
     assert x["binding_constraint"] == "decode-kv-receive"
     assert x["max_qps_per_replica"] > 0
     assert x["ttft_kv_wait"] > 10 * x["ttft_transfer"]     # waiting for room, not for the link (NVLink)
+
+
+def test_a_decode_batch_cap_with_a_roomy_pool_binds_on_seq_cap() -> None:
+    """Issue 50, item 5: pulls wait because the decode batch is at --max-num-seqs while the pool
+    is mostly free; the label names the sequence cap, not decode KV memory."""
+    df = _trace(80, 0.05, 600, 200)
+    split = Split(1, 1, "round-robin", "nvlink4", decode_kw=(("max_num_seqs", 2),))
+    plan = _plan(df, [split], 3.0, 0.1)
+    x = plan.table.set_index("shape").loc["1P1D"]
+    assert x["kv_blocked_per_1k"] > 50                       # pulls did wait for the decode side
+    assert x["binding_constraint"] == "seq-cap"
 
 
 def test_a_decode_pool_smaller_than_one_request_is_a_noted_error_not_a_crash() -> None:
@@ -194,3 +209,27 @@ def test_bad_disagg_flags_are_one_line_errors(args: tuple[str, ...], msg: str) -
     code, text = kvsim(str(bundled_trace()), "--slo-ttft-p99", "1", *args)
     assert code == 2, text
     assert msg in text and "\n" not in text.strip()
+
+
+def test_cli_disagg_compares_tuned_candidates(tmp_path: Path) -> None:
+    """Issue 50 item 4: the unified baseline gets the same batch-limit search as the split, and
+    plan.md's verdict names the best setting of each side (both in the table)."""
+    head = tmp_path / "head.csv"
+    head.write_text("\n".join(bundled_trace().read_text().splitlines()[:121]) + "\n")
+    out = tmp_path / "plan"
+    code, text = kvsim(str(head), "--gpu", "h100", "--tp", "1", "--slo-ttft-p90", "2", "--slo-tpot-p90", "0.2",
+                       "--seeds", "1", "--window", "120", "--search-iters", "1", "--workers", "1", "--no-band",
+                       "--no-validate", "--cost-model", "roofline", "--disagg", "1P1D", "--router", "round-robin",
+                       "--out", str(out), "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct",
+                       "--max-num-seqs", "64")
+    assert code == 0, text
+    t = pd.read_csv(out / "plan.csv")
+    want = {f"max_num_seqs={s} max_num_batched_tokens={b}" for s in (64, 128) for b in (2048, 8192)}
+    for shape in ("unified", "1P1D"):
+        assert set(t.loc[t["shape"] == shape, "knobs"]) == want, shape
+    u = t[t["shape"] == "unified"]
+    best = u.loc[u["requests_per_gpu_dollar"].idxmax()]
+    md = (out / "plan.md").read_text()
+    assert f"Best unified replica ({best['knobs']})" in md
+    assert "searched the same knobs (`max_num_seqs` in {64, 128} x `max_num_batched_tokens` in {2048, 8192})" in md
+    assert "max_num_batched_tokens=2048" in text and "max_num_batched_tokens=2…" not in text   # not cut

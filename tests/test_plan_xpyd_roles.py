@@ -199,8 +199,8 @@ def test_cli_mixed_gpus_price_each_role_and_name_both(tmp_path: Path) -> None:
                        "--pd-threshold", "64", "--out", str(out))
     assert code == 0, text
     assert "QPS/unit" in text and "QPS/replica" not in text
-    t = pd.read_csv(out / "plan.csv").set_index("shape")
-    x = t.loc["1P1D (h200 TP1 / a100-80gb TP1)"]
+    t = pd.read_csv(out / "plan.csv")
+    x = t[t["shape"] == "1P1D (h200 TP1 / a100-80gb TP1)"].iloc[0]   # the first of its tuned knob settings
     cat = load_prices(None)
     unit = cat["h200"].typical + cat["a100-80gb"].typical
     assert x["gpu"] == "a100-80gb" and x["gpus_per_unit"] == 2

@@ -24,6 +24,7 @@ from sim.fleet.candidate import KNOBS, grid
 from sim.fleet.explain import INFEASIBLE, tp_refusal
 from sim.fleet.planner import Plan, PlanSpec, run_plan
 from sim.fleet.prices import load_prices
+from sim.fleet.tuning import tuned_knobs, with_base_knobs
 from sim.fleet.xpyd_plan import parse_splits, split_routers
 from sim.model.catalog import resolve_gpu, resolve_model
 
@@ -72,19 +73,21 @@ def build_slo(values: dict[str, float | None], attainment: float | None) -> Slo:
 def rich_table(plan: Plan) -> Table:
     d = plan.demand
     t = Table(title=f"kvsim plan | peak {d.peak_qps:.1f} QPS (mean {d.mean_qps:.1f}) | {plan.spec.slo.describe()}")
+    widest = max((len(k) for v in plan.table.get("knobs", ()) for k in str(v).split()), default=8)
     unit = "unit" if "shape" in plan.table and (plan.table["shape"] != "unified").any() else "replica"  # xPyD: groups
     for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("unit", "left"), ("knobs", "left"),
                  (f"{unit}s (GPUs) [band edge]", "right"), ("SLO", "center"),
                  ("attain LCB", "right"), (f"QPS/{unit} (95% CI)", "right"), ("headroom", "right"),
                  ("$/h", "right"), ("$/1M out", "right"), ("$/day", "right"), ("KV util", "right"),
                  ("preempt/1k", "right"), ("binding", "left")):
-        t.add_column(c, justify=j)  # type: ignore[arg-type]
+        # knobs: one per line, each whole (a cut "max_num_batched_tokens=2…" hid the value)
+        t.add_column(c, justify=j, min_width=widest if c == "knobs" else None)  # type: ignore[arg-type]
     for i, r in plan.table.iterrows():
         ok = bool(r["slo_pass"])
         price_flag = "*" if r["price_unverified"] else ""
         t.add_row(
             str(int(i) + 1), str(r["gpu"]), str(r["tp"]), "unified" if r.get("shape", "unified") == "unified" else f"{r['shape']} {r['router']}",  # type: ignore[call-overload]
-            str(r["knobs"]),
+            str(r["knobs"]).replace(" ", "\n"),
             "infeasible" if INFEASIBLE in str(r["note"]) else f"{r['replicas']} ({r['gpus']})"
             + (f" [{r['replicas_pessimistic']}]" if r.get("replicas_pessimistic", pd.NA) is not pd.NA else ""),
             ("yes" if r["validated"] else "yes (math)") if ok else "no",
@@ -220,6 +223,8 @@ def register(app: typer.Typer) -> None:
                 if v is not None}
         routers = split_routers(router)
         splits = parse_splits(disagg, routers, link, link_gbps, threshold=pd_threshold) if disagg is not None else []
+        # --disagg: every shape gets the same small batch-limit search; a pasted line's knobs show in the rows
+        knobs = with_base_knobs(base, tuned_knobs(base, knobs, gpus[0].lower()) if splits else knobs)
         cands = grid([g.lower() for g in gpus], tps, knobs, splits)
         for c in cands:
             for role in ("unified",) if c.split is None else ("prefill", "decode"):
@@ -247,7 +252,7 @@ def register(app: typer.Typer) -> None:
         with progress(console) as prog:
             result = run_plan(tr.df, spec, prog.update, band=band)
         wall = time.perf_counter() - t0
-        inputs["demand"] = {k: round(v, 4) for k, v in vars_of(result.demand).items()}
+        inputs["demand"] = {k: round(float(getattr(result.demand, k)), 4) for k in result.demand.__slots__}
         inputs["wall_s"] = round(wall, 1)
         command = ["kvsim", "plan", *sys.argv[sys.argv.index("plan") + 1:]] if "plan" in sys.argv else ["kvsim", "plan", str(trace)]
         if out is None:
@@ -264,24 +269,19 @@ def register(app: typer.Typer) -> None:
                       f"wrote {out_dir}/ ({', '.join(p.name for p in paths.values())})")
 
 
-def vars_of(obj: Any) -> dict[str, float]:
-    return {k: float(getattr(obj, k)) for k in obj.__slots__}
-
-
 def _inputs(args: dict[str, Any], spec: PlanSpec, tr: Any, file_hash: str, vers: dict[str, str],
             n_cands: int) -> dict[str, Any]:
     role_gpus = [s.gpu_of(r, g) for s in spec.splits for r in ("prefill", "decode") for g in spec.gpus]
     prices = {g: {"usd_per_gpu_hour": spec.prices[g].at(spec.price_point), "source": spec.prices[g].source,
                   "unverified": spec.prices[g].unverified} for g in dict.fromkeys([*spec.gpus, *role_gpus])}
     from sim.config.schema import make_config
-    from sim.cost.for_config import cost_model_for
+    from sim.fleet.provenance import cost_model_names
     cfg = make_config("plan", **dict(spec.base, gpu=spec.gpus[0]))
-    cost_name = cost_model_for(cfg.model_copy(update={"tensor_parallel_size": 1})).name
     return {
         "model": cfg.model, "trace": {"path": tr.path, "format": tr.format, "rows": tr.num_requests,
                                       "sha256": file_hash, "content_hash": tr.content_hash},
         "gpus": spec.gpus, "tp": spec.tps, "knobs": spec.knobs, "candidates": n_cands, "base_config": spec.base,
-        "cost_model": cost_name, "slo": spec.slo.describe(), "attainment": spec.slo.attainment,
+        "cost_model": cost_model_names(spec.base, spec.gpus, spec.tps), "slo": spec.slo.describe(), "attainment": spec.slo.attainment,
         "load": {"rate_scale": args["rate_scale"], "target_qps": args["target_qps"]},
         "seeds": {"seed": spec.seed, "replications": spec.replications, "window": spec.window,
                   "keep": 0.9, "warmup": 0.1, "search_iters": spec.iters},

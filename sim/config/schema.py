@@ -179,7 +179,7 @@ def _fmt_validation(e: ValidationError, where: str) -> str:
     return f"{where}: '{loc}' = {err.get('input')!r}: {err['msg']}"
 
 
-def make_config(where: str = "config", **kw: Any) -> SimConfig:
+def make_config(where: str = "config", vllm_args: str | list[str] | None = None, **kw: Any) -> SimConfig:
     """A validated :class:`SimConfig` from keyword arguments, the Python form of the CLI flags.
 
     Keys are the flag names with underscores (``make_config(model="meta-llama/Llama-3.1-8B-Instruct",
@@ -187,7 +187,16 @@ def make_config(where: str = "config", **kw: Any) -> SimConfig:
     ``num_gpu_blocks_override`` and ``kv_cache_memory_bytes`` are accepted. Unset knobs keep their
     preset's default (``preset="vllm-0.33"``). A bad value raises :class:`~sim.errors.ConfigError`
     with one line naming the key; ``where`` says where the keys came from (a file name, "flags").
+    ``vllm_args``: a pasted ``vllm serve ...`` line (:mod:`sim.config.vllm_args`), under ``kw``
+    as on the command line, so ``make_config(vllm_args="vllm serve M -tp 2", gpu="h200")`` works.
     """
+    if vllm_args is not None:
+        from sim.config.vllm_args import parse_vllm_serve
+
+        line = parse_vllm_serve(vllm_args)
+        if "model" not in line.config and kw.get("model") is None:
+            raise ConfigError("vllm serve: no model: put it first (`vllm serve MODEL ...`) or pass model=")
+        kw = {**line.config, **kw}
     try:
         return SimConfig(**kw)
     except ValidationError as e:

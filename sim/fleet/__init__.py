@@ -13,6 +13,7 @@ Modules, one concept each:
 - :mod:`sim.fleet.sizing` -- replicas for a demand, given one replica's capacity.
 - :mod:`sim.fleet.table` -- the ranked plan table, cheapest passing row first.
 - :mod:`sim.fleet.planner` -- the whole pipeline, run on :mod:`sim.run.executor` (local or Ray).
+- :mod:`sim.fleet.tuning` -- the batch-limit search every shape gets under ``--disagg`` (a fair baseline).
 - :mod:`sim.fleet.xpyd_plan` -- xPyD groups as planner units (``--disagg``): probe, replay, parser.
 - :mod:`sim.fleet.breakdown` -- TTFT in parts (queue, prefill, KV wait, transfer, first decode), busy shares.
 - :mod:`sim.fleet.disagg_report` -- plan.md's section: where disaggregation wins and why.

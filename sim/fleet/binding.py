@@ -5,15 +5,21 @@ requests that miss the SLO are waiting for; the first rule that holds names the 
 
 ========================  ===================================================================
 ``decode-kv-receive``     (xPyD) >= 5 % of the pulls waited for free decode blocks to receive
-                          into, and the slowest requests spend more of their TTFT waiting for
-                          them than on the link
+                          into, the slowest requests spend more of their TTFT waiting for them
+                          than on the link, and the decode KV pool really is short (< 25 % free
+                          for >= 25 % of the decode instances' time)
+``seq-cap``               (xPyD) the pulls waited as above but the decode pool had room: the
+                          decode batch sat at ``max_num_seqs`` >= 25 % of the time (a pull that
+                          cannot join the running batch waits just the same)
 ``link-bandwidth``        (xPyD) the slowest 10 % of requests spend >= 25 % of their TTFT
                           moving KV over the prefill -> decode link
 ``kv-memory``             preemptions (>= 5 per 1k requests), or requests queued while the KV
                           pool is nearly full (< 5 % free) for >= 25 % of the time
-``max_num_seqs``          requests queued while the batch is at ``max_num_seqs`` >= 25 % of the time
+``seq-cap``               requests queued while the batch is at ``max_num_seqs`` >= 25 % of the time
 ``prefill-interference``  TPOT (or e2e alone) fails and running requests spend most of their
-                          time (>= 50 %) in steps that also carry prompt tokens
+                          time (>= 50 %) in steps that also carry prompt tokens, or >= a third
+                          of the slowest 10 %'s TPOT is above what a pure decode step takes per
+                          token (the rest is the time decodes wait for prompt chunks)
 ``decode-steps``          TPOT (or e2e alone) fails and most of that time is in pure decode
                           steps: the step time of the batch itself (memory bandwidth, compute)
 ``token-budget``          TTFT fails and requests queued while steps used the whole
@@ -25,8 +31,12 @@ requests that miss the SLO are waiting for; the first rule that holds names the 
                           although no cap binds: every step is slow (the GPU is saturated)
 ========================  ===================================================================
 
-The two xPyD rules come first (the decode pool that cannot take a pull shows as a full KV pool
-too; the link is the more specific name). The thresholds are deliberately coarse (this is a label for a table, not a measurement); the
+The xPyD rules come first (the decode pool that cannot take a pull shows as a full KV pool
+too; the link is the more specific name). A pull "waits for blocks" whenever the decode
+scheduler does not take it at once, which a full running batch causes as often as a full pool:
+so ``decode-kv-receive`` needs the pool itself to be short, and names ``seq-cap`` otherwise.
+
+The thresholds are deliberately coarse (this is a label for a table, not a measurement); the
 shares behind it are kept next to it (``capacity_probes``, :class:`Diagnostics`).
 """
 
@@ -39,10 +49,12 @@ import numpy as np
 import pandas as pd
 
 KV_FREE_SHARE = 0.05      # "full" = less than 5 % of the pool free
+KV_SHORT_FREE = 0.25      # xPyD decode pool "short": less than 25 % free (a prompt's KV is large)
 KV_BLOCKED_SHARE = 0.05   # xPyD: share of pulls that waited for decode blocks
 KV_PREEMPT_PER_1K = 5.0   # preemptions per 1,000 requests that make KV the binding limit
 SHARE = 0.25              # share of queued time that makes a cap the binding limit
 MOSTLY = 0.5              # "most of the time"
+STALL = 1 / 3             # share of the tail TPOT spent on prompt chunks that names them
 TAIL = 0.9                # the slowest 10 % of requests by TTFT
 SLOT_COLS = ("token_state_slots", "reserved_slots", "internal_frag_slots", "external_frag_slots",
              "free_slots")
@@ -58,7 +70,8 @@ LABELS: dict[str, tuple[str, str]] = {
                        "or a unified fleet"),
     "kv-memory": ("requests are preempted or wait for KV blocks",
                   "more KV memory: a higher --gpu-memory-utilization, a larger GPU or more TP"),
-    "max_num_seqs": ("requests wait while the batch is full", "a higher --max-num-seqs"),
+    "seq-cap": ("requests wait while the running batch is at --max-num-seqs (the KV pool has room)",
+                "a higher --max-num-seqs (of the decode role for xPyD)"),
     "prefill-interference": ("TPOT misses because decodes share their steps with prompt chunks",
                              "a lower --max-num-batched-tokens (smaller prefill chunks per step)"),
     "decode-steps": ("TPOT misses because the decode steps of the batch are slow",
@@ -89,6 +102,9 @@ class Diagnostics:
     kv_blocked_share: float = 0.0     # xPyD: share of pulls that waited for free decode blocks
     transfer_share: float = 0.0       # xPyD: slowest 10 %: share of their TTFT on the link
     recv_wait_share: float = 0.0      # xPyD: slowest 10 %: share waiting for blocks to receive into
+    prefill_tpot_share: float = 0.0   # slowest 10 % by TPOT: share of their TPOT above pure decode steps
+    decode_kv_short_share: float = 0.0  # xPyD: decode instances' time with < 25 % of their pool free
+    decode_seq_full_share: float = 0.0  # xPyD: decode instances' time with the batch at max_num_seqs
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,22 +150,55 @@ def diagnose(steps: pd.DataFrame, num_requests: int, preemptions: int, max_num_s
         failing=failing,
         prefill_step_share=float(running[prefill > 0].sum() / running.sum()) if running.sum() else 0.0,
         tail_wait_share=_tail_wait_share(requests),
+        prefill_tpot_share=_prefill_tpot_share(steps, requests),
     )
+
+
+def _prefill_tpot_share(steps: pd.DataFrame, req: pd.DataFrame | None) -> float:
+    """Share of the p90 TPOT above the per-token time of pure decode steps, when some decode
+    steps also carried prompt chunks (the part of TPOT a smaller chunk would remove); else 0."""
+    if req is None or "tpot_s" not in req.columns:
+        return 0.0
+    dec = steps["decode_tokens"].to_numpy(np.float64)
+    pure = (steps["prefill_tokens"].to_numpy() == 0) & (dec > 0)
+    tpot = req["tpot_s"].dropna().to_numpy(np.float64)
+    if not pure.any() or pure.sum() == (dec > 0).sum() or not len(tpot):
+        return 0.0
+    per_token = float((steps["duration_s"].to_numpy(np.float64) * dec)[pure].sum() / dec[pure].sum())
+    tail = float(np.quantile(tpot, TAIL))
+    return max(0.0, 1.0 - per_token / tail) if tail > 0 else 0.0
+
+
+def decode_pressure(steps: pd.DataFrame, max_num_seqs: int) -> tuple[float, float]:
+    """(share of time the pool had < 25 % free, share at ``max_num_seqs``) over ``steps`` (a
+    decode role's steps, weighted by duration): which of the two kept pulls waiting."""
+    if len(steps) == 0:
+        return 0.0, 0.0
+    w = steps["duration_s"].to_numpy(np.float64)
+    total = float(w.sum()) or 1.0
+    pool = steps[list(SLOT_COLS)].sum(axis=1).to_numpy(np.float64)
+    free = steps["free_slots"].to_numpy(np.float64) / np.maximum(pool, 1.0)
+    full = steps["num_running"].to_numpy() >= max_num_seqs
+    return float(w[free < KV_SHORT_FREE].sum()) / total, float(w[full].sum()) / total
 
 
 def classify(d: Diagnostics) -> str:
     """The binding-constraint label (see the module docstring)."""
     if d.kv_blocked_share >= KV_BLOCKED_SHARE and d.recv_wait_share > 0 and d.recv_wait_share >= d.transfer_share:
-        return "decode-kv-receive"
+        if d.decode_kv_short_share >= SHARE:
+            return "decode-kv-receive"
+        if d.decode_seq_full_share >= SHARE:
+            return "seq-cap"
     if d.transfer_share >= SHARE:
         return "link-bandwidth"
     if d.preempt_per_1k >= KV_PREEMPT_PER_1K or d.kv_full_share >= SHARE:
         return "kv-memory"
     if d.seq_cap_share >= SHARE:
-        return "max_num_seqs"
+        return "seq-cap"
     metrics = {f.split("_")[0] for f in d.failing}
     if "tpot" in metrics or ("e2e" in metrics and "ttft" not in metrics):
-        return "prefill-interference" if d.prefill_step_share >= MOSTLY else "decode-steps"
+        mixed = d.prefill_step_share >= MOSTLY or d.prefill_tpot_share >= STALL
+        return "prefill-interference" if mixed else "decode-steps"
     if d.token_cap_share >= SHARE:
         return "token-budget"
     return "queueing" if d.tail_wait_share >= MOSTLY else "prefill-compute"

@@ -16,6 +16,7 @@ import pandas as pd
 
 from sim.fleet.binding import LABELS
 from sim.fleet.breakdown import PARTS
+from sim.fleet.candidate import KNOBS
 from sim.fleet.planner import Plan
 
 
@@ -56,7 +57,7 @@ def _count(n: int, word: str) -> str:
 
 def _one(r: pd.Series) -> str:
     """One candidate in a sentence: per GPU-dollar, the fleet for this demand, the binding label."""
-    what = "replica" if r["shape"] == "unified" else f"{r['shape']} behind {r['router']}"
+    what = ("replica" if r["shape"] == "unified" else f"{r['shape']} behind {r['router']}") + f" ({r['knobs']})"
     ok = "meets the SLO" if r["slo_pass"] else "does not meet the SLO"
     busy = ("" if r["shape"] == "unified" else
             f", prefill {_pct(r['busy_prefill'])} / decode {_pct(r['busy_decode'])} busy, link {_pct(r['link_util'])}")
@@ -86,12 +87,23 @@ def _best(rows: pd.DataFrame) -> pd.Series | None:
     return None if ok.empty else ok.loc[ok["requests_per_gpu_dollar"].idxmax()]
 
 
+def _tuned(plan: Plan) -> list[str]:
+    """The sentence that says both sides were tuned alike (the knobs every shape searched)."""
+    k = {n: plan.spec.knobs[n] for n in KNOBS if len(plan.spec.knobs.get(n, ())) > 1}
+    if not k:
+        return ["Every shape ran at one knob setting (shown in each row)."]
+    grid = " x ".join(f"`{n}` in {{{', '.join(str(x) for x in v)}}}" for n, v in k.items())
+    return [f"Unified replicas and every xPyD split searched the same knobs ({grid}); each side's best "
+            "setting is compared, and named in its row."]
+
+
 def breakdown_table(t: pd.DataFrame) -> list[str]:
-    head = ["#", "GPU", "TP", "unit", "router", "QPS/unit", "req/GPU-$", *(f"TTFT {p}" for p in PARTS),
+    head = ["#", "GPU", "TP", "unit", "router", "knobs", "QPS/unit", "req/GPU-$", *(f"TTFT {p}" for p in PARTS),
             "TTFT mean", "busy unified", "busy prefill", "busy decode", "link util", "blocked pulls/1k", "binding"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, r in t.iterrows():
         cells = [str(int(i) + 1), str(r["gpu"]), str(r["tp"]), str(r["shape"]), str(r["router"]),  # type: ignore[call-overload]
+                 str(r["knobs"]),
                  _num(r["max_qps_per_replica"], ".2f"), _num(r["requests_per_gpu_dollar"], ",.0f"),
                  *(_num(r[f"ttft_{p}"], ".3f") for p in PARTS), _num(r["ttft_mean"], ".3f"),
                  *(_pct(r[f"busy_{k}"]) for k in ("unified", "prefill", "decode")), _pct(r["link_util"]),
@@ -108,7 +120,8 @@ def disagg_section(plan: Plan) -> list[str]:
     lines = ["## Disaggregation: where xPyD wins and where it does not", "",
              f"Under this plan's SLO ({plan.spec.slo.describe()}), per GPU x TP: the best unified replica against "
              "the best xPyD group (over the searched ratios and routers), by requests per GPU-dollar at capacity "
-             "(one unit's QPS x 3600 / (its GPUs x $/GPU-hour)). Another SLO can reverse the verdict: rerun with it.", ""]
+             "(one unit's QPS x 3600 / (its GPUs x $/GPU-hour)). Another SLO can reverse the verdict: rerun with it.",
+             *_tuned(plan), ""]
     for (gpu, tp), rows in t.groupby(["gpu", "tp"], sort=False):
         lines.append(_verdict(str(gpu), int(tp), _best(rows[rows["shape"] == "unified"]),  # type: ignore[call-overload]
                               _best(rows[rows["shape"] != "unified"])))

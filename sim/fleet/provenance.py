@@ -6,6 +6,7 @@ import hashlib
 import platform
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 
 def sha256(path: Path) -> str:
@@ -25,3 +26,14 @@ def versions(backend: str) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[p] = "not installed"
     return out
+
+
+def cost_model_names(base: dict[str, Any], gpus: list[str], tps: list[int]) -> str | dict[str, str]:
+    """The cost model of each GPU x TP a plan sizes (one name when there is one pair): a TP 4
+    plan's step times come from a TP 4 model, and inputs.yaml says so."""
+    from sim.config.schema import make_config
+    from sim.cost.for_config import cost_model_for
+
+    names = {f"{g} TP{t}": cost_model_for(make_config("plan", **dict(base, gpu=g, tensor_parallel_size=t))).name
+             for g in gpus for t in tps}
+    return next(iter(names.values())) if len(names) == 1 else names

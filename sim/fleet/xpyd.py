@@ -7,7 +7,8 @@ For one trace, model and GPU, each candidate -- ``unified N`` or ``xPyD`` (``x``
 threshold, DistServe's definition) is at least ``attainment``; per GPU-dollar it is requests per dollar:
 ``goodput x 3600 / (N x TP x price per GPU-hour)``. The binding constraint of the first failing rate names what broke:
 ``ttft``/``tpot`` for the SLO, ``link-bandwidth`` when transfers take more than a quarter of
-the p90 TTFT, ``decode-kv-receive`` when some pulls waited for free decode blocks.
+the p90 TTFT, ``decode-kv-receive`` when some pulls waited for free decode blocks while the
+decode pool was short (``seq-cap`` when its batch was full instead).
 
 Caveats (also in reports/disaggregation.md): rates on a grid (factor 2 apart), not a bisection;
 one seed; link latencies are unverified estimates; prefill instances run with their own
@@ -29,8 +30,11 @@ import pandas as pd
 
 from sim.cluster.disagg import ClusterResult, run_cluster
 from sim.cluster.spec import parse_cluster
+from sim.config.schema import make_config
+from sim.fleet.binding import SHARE, decode_pressure
 from sim.fleet.workload import scale_rate, to_trace
 from sim.model.catalog import resolve_gpu
+from sim.run.static import static_parts
 from workloads import load_trace
 from workloads.schema import Trace
 
@@ -74,10 +78,17 @@ def attainment(req: pd.DataFrame, slo: SloPair) -> float:
     return float(ok.mean()) if len(ok) else 0.0
 
 
-def binding(res: ClusterResult, slo: SloPair) -> str:
+def binding(res: ClusterResult, slo: SloPair, max_num_seqs: int = 1 << 30) -> str:
+    """The label of a failing run; pulls that waited name the decode pool only when it was short
+    (``seq-cap`` when the decode batch sat at ``max_num_seqs`` instead, sim/fleet/binding.py)."""
     req = res.requests[res.requests["status"] == "finished"]
     if res.decode_kv_blocked > 0.05 * max(len(req), 1):
-        return "decode-kv-receive"
+        dec = [k for k, r in enumerate(res.roles) if r == "decode"]
+        short, full = decode_pressure(res.steps[res.steps["instance"].isin(dec)], max_num_seqs)
+        if short >= SHARE:
+            return "decode-kv-receive"
+        if full >= SHARE:
+            return "seq-cap"
     if req["transfer_s"].notna().any() and req["transfer_s"].quantile(0.9) > 0.25 * req["ttft_s"].quantile(0.9):
         return "link-bandwidth"
     ttft_ok = (req["ttft_s"] <= slo.ttft_s).mean()
@@ -92,6 +103,7 @@ def study(trace: Trace, base: dict[str, Any], n: int, slos: Sequence[SloPair], r
     gpu = resolve_gpu(str(base.get("gpu", "h100")))
     tp = int(base.get("tensor_parallel_size", 1))
     base_rate = (len(trace.df) - 1) / float(trace.df["arrival_s"].iloc[-1] - trace.df["arrival_s"].iloc[0])
+    mns = static_parts(make_config("study", **base))[1].max_num_seqs
     rows = []
     for x, y in splits(n):
         runs = []
@@ -105,7 +117,7 @@ def study(trace: Trace, base: dict[str, Any], n: int, slos: Sequence[SloPair], r
                 if attainment(res.requests, slo) >= slo.attainment:
                     best, best_res = f, res
                 else:
-                    fail = binding(res, slo)
+                    fail = binding(res, slo, mns)
                     break
             qps = best * base_rate
             usd_h = n * tp * gpu.price.typical

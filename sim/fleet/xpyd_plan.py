@@ -33,7 +33,7 @@ from sim.cluster.router import POLICIES, parse_router
 from sim.cluster.slo import Slo, SloEval, evaluate
 from sim.cluster.spec import parse_cluster
 from sim.errors import ConfigError
-from sim.fleet.binding import Diagnostics, diagnose
+from sim.fleet.binding import Diagnostics, decode_pressure, diagnose
 from sim.fleet.breakdown import tail_shares
 from sim.fleet.candidate import Candidate, Kw, Split
 from sim.fleet.capacity import Probe, SearchSpec, _metrics, _quantile
@@ -92,8 +92,11 @@ def probe_split(cand: Candidate, spec: SearchSpec, window: pd.DataFrame, qps: fl
     diag = diagnose(res.steps, len(res.requests), pre, b.max_num_seqs, b.max_num_batched_tokens, failing, req)
     xfer, recv = tail_shares(req)
     pulls = int((res.requests["prefill_instance"] >= 0).sum())
+    dec = [k for k, r in enumerate(res.roles) if r == "decode"]
+    short, full = decode_pressure(res.steps[res.steps["instance"].isin(dec)], b.max_num_seqs)
     diag = dataclasses.replace(diag, kv_blocked_share=res.decode_kv_blocked / max(pulls, 1),
-                               transfer_share=xfer, recv_wait_share=recv)
+                               transfer_share=xfer, recv_wait_share=recv, decode_kv_short_share=short,
+                               decode_seq_full_share=full)
     assert cand.split is not None
     m = _metrics(req, res.steps, pre, b.pool_slots * cand.split.decode, ev, tuple(res.roles))
     m["link_util"] = max((lk.utilisation(res.end_s) for lk in res.links.values()), default=0.0)
