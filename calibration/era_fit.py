@@ -20,28 +20,13 @@ import numpy as np
 import pandas as pd
 
 from calibration import static_bench as sb
+from calibration.bands import RUNS, band_of
 from calibration.fit_regime import regime_block, stage_bands
-from calibration.public_rows import PUBLIC
 from calibration.serving_runs import Stage, read_results
 from calibration.v1_fit import V1Fit, fit_v1, leave_one_run_out, stack_entry
-from sim.cost.stack import Band
 
-RUNS = PUBLIC / "vllm-0.15.1-h100"
 V1_ENGINE = "vLLM v0.15.1 (V1 engine: CUDA graphs, multiprocessing workers, async scheduling)"
 V06_ENGINE = "vLLM 0.5.4-0.6.1 (V0 engine: CUDA graphs, multiprocessing workers)"
-
-
-def band_of(ratio: np.ndarray, n: int, what: str) -> dict[str, Any]:
-    """p10 / p90 of measured / predicted - 1 on held-out rows: about 80 % of them fall inside."""
-    lo, hi = (float(np.percentile(ratio, q)) for q in (10, 90))
-    lo, hi = min(lo, 0.0), max(hi, 0.0)
-    inside = float(np.mean((ratio >= lo - 1e-12) & (ratio <= hi + 1e-12)) * 100)
-    # widened, but never past -100 %: measured / predicted - 1 cannot fall below -1
-    b = Band(round(lo, 4), round(hi, 4), round(max(lo * 1.5, -0.99), 4), round(hi * 1.5, 4))
-    return {"optimistic": b.optimistic, "pessimistic": b.pessimistic,
-            "optimistic_extrapolated": b.optimistic_extrapolated, "pessimistic_extrapolated": b.pessimistic_extrapolated,
-            "basis": f"10th/90th percentile of measured/predicted - 1 on {n} held-out {what} ({inside:.0f} % inside); "
-                     "extrapolated (another GPU or TP than fitted): widened x1.5", "coverage_pct": round(inside, 1)}
 
 
 def stage_rows(fit: V1Fit, held: dict[str, tuple[float, float]], outputs: str = "auto") -> list[dict[str, Any]]:

@@ -72,7 +72,7 @@ def regime_block(stages: Sequence[Stage], stack: str, *, window_s: float | None 
 
 def stage_bands(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     """band_e2e and band_ttft from a fit's stage rows (leave-one-run-out held-out means)."""
-    from calibration.era_fit import band_of
+    from calibration.bands import band_of
 
     e2e = np.array([r["e2e_measured_s"] / r["e2e_heldout_s"] - 1 for r in rows])
     ttft = np.array([r["ttft_measured_s"] / r["ttft_heldout_s"] - 1 for r in rows])
@@ -102,7 +102,7 @@ def patch_entry(text: str, name: str, block: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] = ()) -> int:
-    from calibration.era_fit import RUNS
+    from calibration.bands import RUNS
     from calibration.serving_runs import read_results
 
     entry = safe_load(STACKS_PATH.read_text())["stacks"]["vllm-v1"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from calibration.era_fit import band_of
+from calibration.bands import band_of
 from calibration.user_fit import HI, LO, NAMES, SCALE, UserFit, fmt_term
 from calibration.v1_fit import Layout, stack_entry
 from sim.cost.stack import DEFAULT_STACK, resolve_stack
