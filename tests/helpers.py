@@ -387,3 +387,23 @@ def vllm_bench_result(stack: Path, rate: float, n: int, seed: int, *, model_id: 
         d.update(input_lens=p.tolist(), output_lens=out.astype(int).tolist(), ttfts=ttft.tolist(),
                  itls=[[float(t)] * int(k - 1) for t, k in zip(tpot, out, strict=True)])
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in d.items()}
+
+
+def assert_ff_identical_closed_loop(cfg_kw: dict[str, Any], trace: Any, max_concurrency: int | None,
+                                    check: bool = False) -> Any:
+    """:func:`assert_fast_forward_identical` for a closed-loop run (``--max-concurrency``, or a
+    session trace with None): requests, steps and freed tables equal with and without fast-forward."""
+    from sim.config import make_config
+    from sim.run.clients import ClientSpec
+    from sim.run.simulate import simulate
+
+    def run(exact: bool) -> Any:
+        cfg = make_config(**{**cfg_kw, "exact_steps": exact})
+        return simulate(cfg, trace, clients=ClientSpec(max_concurrency), check=check)
+
+    (ff, ff_tables), (ex, ex_tables) = freed_tables(lambda: run(False)), freed_tables(lambda: run(True))
+    assert ff.summary.fast_forward_steps > 0, "no step was fast-forwarded: the test proves nothing"
+    pd.testing.assert_frame_equal(ff.requests, ex.requests, check_exact=True)
+    pd.testing.assert_frame_equal(ff.steps, ex.steps, check_exact=True)
+    assert ff_tables == ex_tables, "the same requests freed other blocks"
+    return ff

@@ -89,7 +89,7 @@ def test_simulate_request_rate_replays_the_drawn_times_exactly(tmp_path: Path) -
     (["--request-rate", "2", "--total-rate", "5"], "give one"),
     (["--save-result", "/nonexistent-dir/r.json"], "no such directory"),
     (["--save-result", "."], "is a directory"),
-    (["--", "vllm", "bench", "serve", "--max-concurrency", "8"], "not modelled yet: --max-concurrency (closed loop; issue 49)"),
+    (["--", "vllm", "bench", "serve", "--max-concurrency", "0"], "--max-concurrency 0: must be >= 1"),
     (["--", "vllm", "bench", "serve", "--burstiness", "0", "--request-rate", "1"], "--burstiness"),
     (["--", "vllm", "bench", "serve", "--dataset-name", "random", "--random-range-ratio", "1.5"], "range_ratio"),
     (["--", "vllm", "bench", "serve", "--dataset-name", "prefix_repetition", "--num-prompts", "3",

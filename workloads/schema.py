@@ -16,7 +16,15 @@ prompt_token_ids   list[int]  no        explicit prompt token ids (len == prompt
 priority           int64      no        lower value = scheduled first (vLLM priority policy)
 n                  int64      no        parallel samples (default 1)
 beam_width         int64      no        beam search width (default 1 = no beam search)
+session_id         string     no        multi-turn: the conversation (with ``turn``)
+turn               int64      no        0 or 1, then 1, 2, ... within a session, none missing
+think_time_s       float64    no        seconds after the previous turn's last token
 =================  =========  ========  ==================================================
+
+With ``think_time_s`` a trace is a closed-loop session trace: a session's next turn is sent
+when the turn before has finished plus its think time (:mod:`sim.run.clients`), and its
+``arrival_s`` only orders the rows. Without it ``session_id`` and ``turn`` are labels (``kvsim
+trace gen``'s multi-turn traces, which carry their own arrival times).
 
 In memory a trace is a :class:`Trace`: a pandas DataFrame with these columns (optional ones
 may be absent) sorted by ``arrival_s``, plus provenance. ``source_line`` (1-based line of the
@@ -39,7 +47,8 @@ SCHEMA_HINT = ("the normalized schema needs arrival_s, prompt_tokens, output_tok
                "hash_ids, tokens_per_hash, prompt_token_ids, priority, n, beam_width (README: Trace schema)")
 OPTIONAL_INT = ("tokens_per_hash", "priority", "n", "beam_width")
 OPTIONAL_LIST = ("hash_ids", "prompt_token_ids")
-COLUMNS = (*REQUIRED, "request_id", *OPTIONAL_LIST, *OPTIONAL_INT)
+SESSION_COLUMNS = ("session_id", "turn", "think_time_s")
+COLUMNS = (*REQUIRED, "request_id", *OPTIONAL_LIST, *OPTIONAL_INT, *SESSION_COLUMNS)
 OPTIONAL_DEFAULTS = {"priority": 0, "n": 1, "beam_width": 1}
 DEFAULT_TOKENS_PER_HASH = 512  # Mooncake's block; used when hash_ids come without tokens_per_hash
 
@@ -140,7 +149,48 @@ def validate(df: pd.DataFrame, path: str) -> pd.DataFrame:
         if dup.any():
             i = int(np.flatnonzero(dup.to_numpy())[0])
             raise TraceError(path, _line_of(df, i), "request_id", f"duplicate id {df['request_id'].iloc[i]!r}")
+    if "think_time_s" in df.columns:
+        df = check_sessions(df, path)
     order = np.argsort(df["arrival_s"].to_numpy(), kind="stable")
     if not np.all(order == np.arange(len(df))):
         df = df.iloc[order].reset_index(drop=True)
+    return df
+
+
+def _fail(df: pd.DataFrame, path: str, mask: np.ndarray, col: str, msg: str) -> None:
+    if mask.any():
+        i = int(np.flatnonzero(mask)[0])
+        raise TraceError(path, _line_of(df, i), col, f"{msg}, got {df[col].iloc[i]!r}")
+
+
+def check_sessions(df: pd.DataFrame, path: str) -> pd.DataFrame:
+    """The session columns: both ids given, whole turns >= 0 starting at 0 or 1 with none missing
+    or repeated in a session, think times finite and >= 0."""
+    for col in ("session_id", "turn"):
+        if col not in df.columns:
+            raise TraceError(path, None, col, "missing: a session trace needs session_id and turn")
+    if df["session_id"].isna().any():
+        _fail(df, path, df["session_id"].isna().to_numpy(), "session_id", "empty")
+    df["session_id"] = df["session_id"].astype(str)
+    turn = pd.to_numeric(df["turn"], errors="coerce")
+    _fail(df, path, (turn.isna() | (turn.fillna(1) != np.floor(turn.fillna(1))) | (turn.fillna(1) < 0)).to_numpy(),
+          "turn", "must be a whole number >= 0")
+    df["turn"] = turn.astype("int64")
+    think = pd.to_numeric(df["think_time_s"], errors="coerce")
+    _fail(df, path, (think.isna() | ~np.isfinite(think.fillna(0).astype("float64")) | (think.fillna(0) < 0)).to_numpy(),
+          "think_time_s", "must be a number >= 0")
+    df["think_time_s"] = think.astype("float64")
+    order = np.lexsort((df["turn"].to_numpy(), df["session_id"].to_numpy()))
+    expect = np.empty(len(df), np.int64)
+    sid = df["session_id"].to_numpy()[order]
+    starts = np.concatenate(([True], sid[1:] != sid[:-1]))
+    idx = np.arange(len(df))
+    first = np.maximum.accumulate(np.where(starts, idx, 0))
+    base = np.minimum(df["turn"].to_numpy()[order][first], 1)  # a session starts at turn 0 or 1
+    expect[order] = idx - first + base
+    bad = df["turn"].to_numpy() != expect
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise TraceError(path, _line_of(df, i), "turn", f"session {df['session_id'].iloc[i]!r}: turn "
+                         f"{df['turn'].iloc[i]} where turn {expect[i]} is expected (a turn missing or repeated)")
     return df

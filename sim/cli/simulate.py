@@ -21,7 +21,9 @@ from sim.cli.progress import progress
 from sim.config.bench_result import bench_result, check_writable, write_result
 from sim.config.schema import SimConfig
 from sim.config.vllm_bench import VllmBench
+from sim.errors import ConfigError
 from sim.io import fmt
+from sim.run.clients import ClientSpec, sessions_of
 from sim.run.simulate import SimResult
 from sim.run.simulate import simulate as run_simulation
 from workloads.load import Load, workload_of
@@ -77,8 +79,12 @@ def summary_table(res: SimResult, prefix_info: bool = True) -> Table:
     rows.append(api_server_row(res))
     rows.append(("steps (fast-forwarded)", f"{s.num_steps:,} ({s.fast_forward_steps:,})"))
     lo, hi = s.cost_band
-    rows.append(("step-time basis (error band)", f"{s.cost_basis} ({100 * lo:+.0f}% / {100 * hi:+.0f}%)"
-                 if hi or lo else s.cost_basis))
+    rows.append(("step-time basis (error band)", (f"{s.cost_basis} ({100 * lo:+.0f}% / {100 * hi:+.0f}%)"
+                 if hi or lo else s.cost_basis) + (f"; this run: {s.cost_regime['basis']}, "
+                                                   f"{escape(s.cost_regime['detail'])}" if s.cost_regime else "")))
+    if s.cost_regime:  # the held-out mean E2E / TTFT bands of the stack's fit (widened outside its regime)
+        rows.append(("E2E / TTFT error band", " ; ".join(f"{100 * a:+.0f}% / {100 * b:+.0f}%"
+                                                         for a, b in (s.cost_band_e2e, s.cost_band_ttft))))
     tm = s.timings
     rows.append(("wall time load / simulate / write", fmt.durations((tm.load_s, tm.simulate_s, tm.write_s))))
     for r in rows:
@@ -118,13 +124,20 @@ def register(app: typer.Typer) -> None:
         request_rate: o.RequestRate = None,
         burstiness: o.Burstiness = None,
         save_result: o.SaveResult = None,
+        max_concurrency: o.MaxConcurrency = None,
         *, bench: VllmBench | None = None, keys: dict[str, Any], cfg: SimConfig,
     ) -> None:
         """Replay a trace through the KV allocator and scheduler; write requests/steps/summary."""
         load = o.load_of(request_rate, burstiness, bench, o.rescaled(cfg))
+        clients = ClientSpec(max_concurrency if max_concurrency is not None else
+                             bench.max_concurrency if bench is not None else None)
+        if cluster is not None and clients.max_concurrency is not None:
+            raise ConfigError("not modelled yet: --max-concurrency with --cluster (a single replica's run only)")
         if cluster is not None:  # the cluster runtime (sim/cli/cluster.py): the flags are every instance's defaults
             refuse_single_only(check=check, summary_only=summary_only, stream=stream, save_result=save_result)
             ctr = workload_of(load, trace, bundled_trace(), cfg.seed, fmt=format, skip_bad=skip_bad)
+            if sessions_of(ctr) is not None:
+                raise ConfigError("not modelled yet: a session trace with --cluster (a single replica's run only)")
             check_servegen_rate(ctr, cfg.rate_scale, cfg.total_rate)
             return simulate_cluster(cluster, ctr, out, keys)
         if save_result is not None:
@@ -142,13 +155,14 @@ def register(app: typer.Typer) -> None:
         with progress(console, "requests", enabled=tr.num_requests >= 2000) as prog:
             res = run_simulation(cfg, tr, check=check, load_s=load_s, summary_only=summary_only,
                                  stream_to=out if stream and not summary_only else None,
-                                 progress=lambda done, total: prog.update("simulating", done, total))
+                                 progress=lambda done, total: prog.update("simulating", done, total),
+                                 clients=clients)
         res.write(out)
         Console().print(summary_table(res, has_prefix_info(tr)))
         console.print(f"wrote {out}/summary.json" if res.tables == "summary" else
                       f"wrote {out}/requests.parquet, steps.parquet, summary.json")
         if save_result is not None:
-            write_result(result_doc(res, load, tr, bench), save_result)
+            write_result({**result_doc(res, load, tr, bench), "max_concurrency": clients.max_concurrency}, save_result)
             console.print(f"wrote {save_result} (vllm bench serve result shape)")
 
 

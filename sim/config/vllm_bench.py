@@ -11,8 +11,8 @@ Load flags apply: ``--request-rate`` (inf: all at t = 0), ``--burstiness``, ``--
 / ``--output-len``, ``--disable-shuffle``; ``--metric-percentiles`` picks the percentiles
 ``--save-result`` writes; ``--model`` names the model (kvsim's flags win). Client-side flags that
 change nothing kvsim simulates (host, endpoint, tokenizer, sampling, result files, plots) are
-listed as ignored. Refused in one line: ``--max-concurrency`` (``not modelled yet``: a closed
-loop), a rate ramp, probe requests, LoRA, beam search, other datasets and unknown flags.
+listed as ignored. ``--max-concurrency`` is kvsim's closed loop (:mod:`sim.run.clients`).
+Refused in one line: a rate ramp, probe requests, LoRA, beam search, other datasets and unknown flags.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ CLIENT_BOOLS = frozenset({
     "--ignore-eos", "--skip-tokenizer-init", "--insecure", "--plot-timeline", "--plot-dataset-stats", "--no-oversample"})
 CLIENT_NARGS = frozenset({"--header", "--metadata", "--goodput"})
 REFUSED = {
-    "--max-concurrency": "not modelled yet: --max-concurrency (closed loop; issue 49)",
     "--ramp-up-strategy": "not modelled: --ramp-up-strategy (a request-rate ramp)",
     "--ramp-up-start-rps": "not modelled: --ramp-up-start-rps (a request-rate ramp)",
     "--ramp-up-end-rps": "not modelled: --ramp-up-end-rps (a request-rate ramp)",
@@ -66,6 +65,7 @@ class VllmBench:
     config: dict[str, Any] = field(default_factory=dict)   # kvsim config keys: seed, model
     percentiles: tuple[float, ...] = (99.0,)               # --metric-percentiles (for --save-result)
     ignored: tuple[str, ...] = ()
+    max_concurrency: int | None = None                      # --max-concurrency (a closed loop)
 
     def ignored_line(self) -> str:
         if not self.ignored:
@@ -141,7 +141,7 @@ class _Parser:
                 self.ignored.append(flag)
             elif flag in DATASET_FLAGS or flag in GENERAL or flag in (
                     "--request-rate", "--burstiness", "--num-prompts", "--seed", "--dataset-name", "--model",
-                    "--metric-percentiles", "--probe-request-rate", "--random-batch-size"):
+                    "--metric-percentiles", "--probe-request-rate", "--random-batch-size", "--max-concurrency"):
                 self.values[flag] = self.take(flag, inline)
             else:
                 raise ConfigError(f"not modelled: vllm bench serve {flag} (kvsim does not know this flag; "
@@ -198,4 +198,7 @@ def parse_vllm_bench(line: str | list[str]) -> VllmBench:
     if "--model" in v:
         config["model"] = v["--model"]
     pct = _percentiles(v["--metric-percentiles"]) if "--metric-percentiles" in v else (99.0,)
-    return VllmBench(load, config, pct, tuple(ignored))
+    mc = int(_number("--max-concurrency", v["--max-concurrency"], whole=True)) if "--max-concurrency" in v else None
+    if mc is not None and mc <= 0:
+        raise ConfigError(f"vllm bench serve --max-concurrency {mc}: must be >= 1")
+    return VllmBench(load, config, pct, tuple(ignored), max_concurrency=mc)

@@ -19,7 +19,9 @@ k+1 starts then. :mod:`sim.engine.fastforward.ordering` names the difference.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Generator, Iterable
+from operator import attrgetter
 from typing import Any
 
 import simpy
@@ -35,6 +37,7 @@ from sim.engine.waits import Waits
 from sim.io.rejects import KV_POOL, Rejection
 from sim.request import Request, Status
 
+_arrival = attrgetter("arrival_s")
 NEVER_FITS = "cannot be scheduled even on an idle engine: does not fit the KV pool"  # code kv_pool
 
 
@@ -88,6 +91,14 @@ class Replica(KernelViews, Waits):
         self._inbox.extend(reqs)
         self._ot = None
 
+    def submit_sent(self, req: Request) -> None:
+        """Hand over a request whose send time became known at a finish (a closed-loop client,
+        :mod:`sim.run.clients`, called from this replica's own step): into the unpulled inbox at
+        its arrival, after equal ones. No wake: the loop is running (it is the caller)."""
+        inbox = self._inbox
+        inbox.insert(bisect_right(inbox, req.arrival_s, lo=self._cursor, key=_arrival), req)
+        self._ot = None
+
     def follow_router(self, next_arrival: Callable[[], float], *, routed: Callable[[], simpy.Event] | None = None,
                       real_counts: bool = True, lazy_reads: bool = False) -> None:
         """Fed live by a router: fast-forward never runs past its next possible submission.
@@ -128,6 +139,8 @@ class Replica(KernelViews, Waits):
             if rej is not None:
                 r.status, r.reject_reason, r.reject_detail = Status.REJECTED, rej.code, rej.detail
                 self.rejected.append(r)
+                if self.kernel.on_done is not None:  # a client's slot frees (sim/run/clients.py)
+                    self.kernel.on_done([r], now)
             else:
                 sched.add(r)
             i += 1
@@ -223,6 +236,8 @@ class Replica(KernelViews, Waits):
             head = sched.reject_head(KV_POOL)
             head.reject_detail = NEVER_FITS
             self.rejected.append(head)
+            if self.kernel.on_done is not None:
+                self.kernel.on_done([head], self.env.now)
 
     def _stepped(self) -> None:
         """After each exact step: invariant check and the callbacks."""

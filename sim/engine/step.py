@@ -70,6 +70,9 @@ class StepKernel:
     decode_blocks: DecodeBlocks | None = None  # the allocator's bulk-decode view (None: a slab)
     caching: bool = False              # prefix caching on a paged pool (decoded blocks are hashed)
     lin: LinearBreakdown | None = None  # the pool's breakdown constants, when it is linear (DecodeBlocks)
+    #: requests that left the engine (finished, or rejected by the replica) and when: a closed-loop
+    #: client sends its next request then (sim/run/clients.py); set, windows land in Python
+    on_done: Callable[[list[Request], float], None] | None = None
     _decode: dict[int, DecodeTime] = field(default_factory=dict)  # decoders -> decode_time(...)
     _decode_arr: dict[int, DecodeTimeArray | None] = field(default_factory=dict)
 
@@ -129,6 +132,8 @@ class StepKernel:
         if done:
             self.sched.finish(done, end, self.step)
             self.finished.extend(done)
+            if self.on_done is not None:
+                self.on_done(done, end)
 
     def launch(self, plan: StepPlan, start: float, *, sample: bool = True) -> InFlight:
         """Start a step at ``start``: its batch and cost, and (``sample``) its tokens computed and

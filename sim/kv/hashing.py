@@ -21,9 +21,16 @@ def unique_key(uid: int, j: int) -> int:
     return -(uid * UNIQUE_BASE + j + 1)
 
 
+def content_tokens(req: Request) -> int:
+    """Tokens whose content the request names: its prompt, or more where its token ids go on
+    past it (a session turn's output, which the next turn's prompt repeats: sim/run/clients.py)."""
+    c = req.content
+    return max(req.prompt_tokens, len(c[1])) if c is not None and c[0] == "ids" else req.prompt_tokens  # type: ignore[index]  # (content: a tagged tuple)
+
+
 def shared_prefix_blocks(req: Request, block_size: int) -> int:
-    """Leading blocks whose content comes from the request's prompt content (shareable)."""
-    return 0 if req.content is None else req.prompt_tokens // block_size
+    """Leading blocks whose content comes from the request's content (shareable)."""
+    return 0 if req.content is None else content_tokens(req) // block_size
 
 
 class BlockHasher:
@@ -45,7 +52,7 @@ class BlockHasher:
     def _key(self, req: Request, hashes: list[int], j: int) -> int:
         B = self.block_size
         c = req.content
-        if c is None or (j + 1) * B > req.prompt_tokens:
+        if c is None or (j + 1) * B > content_tokens(req):
             return unique_key(req.uid, j)
         kind = c[0]  # type: ignore[index]
         if kind == "ids":

@@ -42,6 +42,7 @@ from sim.io.summary import (
 from sim.memory.budget import KvBudget
 from sim.request import Request
 from sim.run.build import Components, build, new_replica
+from sim.run.clients import ClientSpec, closed_loop
 from sim.run.static import content_hash_of
 from sim.sched.plan import PrefixStats
 from workloads.schema import Trace
@@ -106,7 +107,8 @@ def run_summary(cfg: SimConfig, parts: Components, requests_df: pd.DataFrame, st
 def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any = None,
              load_s: float = 0.0, on_step: Callable[[Replica], None] | None = None,
              requests: list[Request] | None = None, summary_only: bool = False,
-             stream_to: Path | None = None, on_build: Callable[[Components], None] | None = None) -> SimResult:
+             stream_to: Path | None = None, on_build: Callable[[Components], None] | None = None,
+             clients: ClientSpec | None = None) -> SimResult:
     """Run one replica over the trace. ``check=True`` verifies allocator invariants every step.
 
     ``on_step(replica)`` is called after every step that runs one at a time; fast-forwarded
@@ -117,6 +119,8 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
     steps.parquet there by chunks, in bounded memory (:mod:`sim.io.stream`);
     ``summary_only``: keep no tables, only the summary (same figures as the full path).
     ``on_build(parts)`` sees the replica's parts before it runs (:mod:`sim.sweep.derive`).
+    ``clients``: closed-loop sending (``--max-concurrency``; a session trace is closed loop
+    without it): :mod:`sim.run.clients`.
     """
     t0 = time.perf_counter()
     with no_collections() as settle:  # (sim/collector.py)
@@ -125,6 +129,7 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
             on_build(parts)
         reqs = requests if requests is not None else make_requests(trace, cfg)
         fe = FrontEnd.of(cfg)  # the API server(s): engine arrivals now, client times after the run
+        loop = closed_loop(clients, trace, reqs, fe)  # None: open loop
         ing, inbox = enter(reqs, fe) if fe is not None else (None, reqs)
         env = simpy.Environment()
         kv, sched = parts.kv, parts.sched
@@ -143,7 +148,10 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
                     progress(len(rep.finished) + len(rep.rejected), total)
 
         rep = new_replica(env, cfg, parts=parts, check=check, on_step=on_step, on_progress=on_progress)
-        rep.submit_all(inbox)
+        if loop is not None:
+            loop.feed(rep)
+        else:
+            rep.submit_all(inbox)
         settle()  # the requests and the replica live through the run: out of the collector's sight
         env.run()
     if check:

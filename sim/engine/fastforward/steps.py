@@ -62,6 +62,7 @@ COMPILED_LAND: Callable[..., None] | None = getattr(_C, "land", None)
 
 
 def lander(k: StepKernel) -> Callable[..., None]:
-    """The :func:`land` a window of ``k`` calls: the compiled one where it applies."""
-    return COMPILED_LAND if COMPILED_LAND is not None and k.lin is not None else land
+    """The :func:`land` a window of ``k`` calls: the compiled one where it applies (not with a
+    ``k.on_done`` hook, which only :meth:`StepKernel.finish` calls)."""
+    return COMPILED_LAND if COMPILED_LAND is not None and k.lin is not None and k.on_done is None else land
 

@@ -239,6 +239,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         if landing:  # async: step s lands at t, after step s1 was planned
             extra = k.computed_of(plan.scheduled) if plan is not None else 0
             land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s + extra, nw)
+            due = next_due() if p_done and quiet else due  # type: ignore[misc]  # a client's send at a finish (k.on_done)
         # ---- launch step s1 at t: batch, duration, tokens computed and sampled ----
         ctx = c0_sum + decoders * s1
         if plan is None or not plan.scheduled:  # decodes only: timed as a quiet step is (== step_cost, bit for bit)
@@ -289,6 +290,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,
                  c0_sum + decoders * s + (part.num_computed_tokens if part is not None else 0), nw)
             landing, keep = False, keep and not done
+            due = next_due() if done and quiet else due  # type: ignore[misc]  # (as above)
         held = True if keep else None
     if not s:
         return t if f is None else f.start, f

@@ -1,0 +1,149 @@
+"""Closed-loop clients: requests sent when earlier ones finish, not at fixed times.
+
+Two kinds, as the load tools users run make them:
+
+- ``--max-concurrency N`` (``vllm bench serve``): requests in trace order, at most N in flight
+  from send to last token; request ``i`` is sent at ``max(arrival_i, the slot's release)``, the
+  slot being the one the ``(i - N)``-th release (in time order) frees. With ``--request-rate``
+  the trace's times are the rate's, so a request waits for both, as in vLLM.
+- **Sessions** (trace columns ``session_id``, ``turn``, ``think_time_s``): a session's first
+  turn is sent at its ``arrival_s``; turn ``k`` is sent ``think_time_s`` (its row's) after turn
+  ``k - 1``'s last token. Its prompt repeats the earlier turns' prompts and outputs, so the
+  earlier turn is given token-id content that runs on past its prompt into its output: its
+  decoded blocks get the content keys the next prompt's blocks have (:mod:`sim.kv.hashing`),
+  and the next turn's hits follow from the hashes alone.
+
+Both are a finish hook (``StepKernel.on_done``), called in the replica's own step as a request
+finishes or is rejected: a request's send time is known then, so it goes into the replica's
+inbox at once (:meth:`~sim.engine.replica.Replica.submit_sent`), as a trace replay's are. A
+fast-forward window lands finishes in the same order and at the same times as exact steps and
+re-reads the inbox's next arrival after each one, so results are bit-identical to
+``--exact-steps`` (tested). A request's ``arrival_s`` is its send time.
+
+Not modelled yet (refused): both kinds at once (a slot would go to a turn not yet ready, so the
+choice needs times not known at the finish); fanned-out samples (``n > 1``); and the API server in
+front (``--api-server-count 0`` needed). Its ingress could run as each request is sent, but its
+egress is a queue solved after the run in which ingress has priority: a request sent the moment
+the previous one's last chunk would be delivered (engine finish + ``output_token_s + end_s``)
+then delays that very chunk by its own ingress, so the reported client finish lands after the
+send it caused. A closed loop behind the API server needs egress solved as the run goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.engine.replica import Replica
+from sim.errors import ConfigError
+from sim.frontend.stage import FrontEnd
+from sim.request import Request
+from workloads.schema import SESSION_COLUMNS, Trace
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSpec:
+    """How the requests are sent: ``max_concurrency`` None is open loop (the trace's times)."""
+
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        n = self.max_concurrency
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n <= 0):
+            raise ConfigError(f"--max-concurrency {n!r}: must be a whole number >= 1")
+
+
+class ClosedLoop:
+    """Sends ``reqs`` (uid order) as ``spec`` and the trace's sessions say; :meth:`feed` a replica."""
+
+    def __init__(self, reqs: Sequence[Request], slots: int | None, follows: np.ndarray, think: np.ndarray) -> None:
+        self.reqs, self.slots = reqs, slots
+        self.after = {int(p): i for i, p in enumerate(follows.tolist()) if p >= 0}  # uid -> its session's next turn
+        self.think = think
+        self.sent = 0
+        self.rep: Replica | None = None
+
+    def first(self) -> list[Request]:
+        """The requests sent at their own times (arrival order)."""
+        if self.slots is not None:
+            self.sent = min(self.slots, len(self.reqs))
+            return list(self.reqs[:self.sent])
+        later = set(self.after.values())
+        return [r for r in self.reqs if r.uid not in later]
+
+    def feed(self, rep: Replica) -> None:
+        """Submit the first requests to ``rep`` and hook its finishes."""
+        self.rep = rep
+        rep.submit_all(self.first())
+        rep.kernel.on_done = self.done
+
+    def done(self, gone: list[Request], t: float) -> None:
+        """``gone`` left the engine at ``t``: send what that frees (a slot, a session's next turn)."""
+        rep = self.rep
+        assert rep is not None  # (fed)
+        for r in gone:
+            if self.slots is not None:
+                if self.sent < len(self.reqs):
+                    nxt = self.reqs[self.sent]
+                    self.sent += 1
+                    nxt.arrival_s = max(nxt.arrival_s, t)
+                    rep.submit_sent(nxt)
+                continue
+            i = self.after.get(r.uid)
+            if i is not None:
+                nxt = self.reqs[i]
+                nxt.arrival_s = t + float(self.think[i])
+                rep.submit_sent(nxt)
+
+
+def sessions_of(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:
+    """(per row: the row of the session's previous turn or -1, the row's think time), or None
+    when the trace has no sessions. Rows are uids (``make_requests``: one request a row)."""
+    df = trace.df
+    if not set(SESSION_COLUMNS) <= set(df.columns):
+        return None
+    follows = np.full(len(df), -1, np.int64)
+    order = np.lexsort((df["turn"].to_numpy(), df["session_id"].astype(str).to_numpy()))
+    sid = df["session_id"].astype(str).to_numpy()[order]
+    same = np.concatenate(([False], sid[1:] == sid[:-1]))
+    follows[order[1:][same[1:]]] = order[:-1][same[1:]]
+    return follows, df["think_time_s"].to_numpy(np.float64)
+
+
+def chain_content(reqs: Sequence[Request], follows: np.ndarray) -> None:
+    """Each turn followed by another gets as content the next prompt's ids up to its own prompt
+    plus output (module docstring): only where both turns carry token ids and agree on the prompt."""
+    for i, p in enumerate(follows.tolist()):
+        if p < 0:
+            continue
+        prev, nxt = reqs[p], reqs[i]
+        a, b = prev.content, nxt.content
+        if not (isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0] == "ids"):
+            continue
+        upto = prev.prompt_tokens + prev.output_tokens
+        if tuple(b[1][:prev.prompt_tokens]) == tuple(a[1]) and len(b[1]) >= upto:
+            prev.content = ("ids", tuple(b[1][:upto]))
+
+
+def closed_loop(spec: ClientSpec | None, trace: Trace, reqs: Sequence[Request],
+                fe: FrontEnd | None) -> ClosedLoop | None:
+    """The clients of a run, or None when it is open loop (no --max-concurrency, no sessions)."""
+    slots = spec.max_concurrency if spec is not None else None
+    sess = sessions_of(trace)
+    if slots is None and sess is None:
+        return None
+    what = "--max-concurrency" if sess is None else "a session trace"
+    if slots is not None and sess is not None:
+        raise ConfigError("not modelled yet: --max-concurrency with a session trace (give one)")
+    if fe is not None:
+        raise ConfigError(f"not modelled yet: {what} with an API server in front (its queues are solved from "
+                          "the send times around the run); pass --api-server-count 0")
+    if len(reqs) != trace.num_requests or any(r.parent >= 0 for r in reqs):
+        raise ConfigError(f"not modelled yet: {what} with fanned-out samples (n > 1 or beam search)")
+    if sess is None:
+        return ClosedLoop(reqs, slots, np.full(len(reqs), -1, np.int64), np.zeros(len(reqs)))
+    follows, think = sess
+    chain_content(reqs, follows)
+    return ClosedLoop(reqs, None, follows, think)
