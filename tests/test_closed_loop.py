@@ -6,6 +6,7 @@ one step, one token a step), hits from the block arithmetic; fast-forward is com
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -243,3 +244,20 @@ def write_sessions(path: Path) -> None:
     from workloads.writer import write_trace
 
     write_trace(session_trace(sessions=3).df, path)
+
+
+def test_trace_gen_writes_a_session_trace_from_a_session_spec(tmp_path: Path) -> None:
+    from workloads import load_trace
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("seed: 3\nsessions: 4\nturns: {kind: uniform, low: 2, high: 3}\n"
+                    "new_tokens: {kind: uniform, low: 20, high: 40}\noutput: {kind: uniform, low: 10, high: 20}\n"
+                    "think_time_s: 1.5\n")
+    out = CliRunner().invoke(app, ["trace", "gen", str(spec), str(tmp_path / "s.jsonl")])
+    assert out.exit_code == 0, out.output
+    df = load_trace(tmp_path / "s.jsonl").df
+    assert {"session_id", "turn", "think_time_s"} <= set(df.columns) and df["session_id"].nunique() == 4
+    for _, g in df.sort_values(["session_id", "turn"]).groupby("session_id"):
+        ids = g["prompt_token_ids"].tolist()
+        assert list(g["turn"]) == list(range(1, len(g) + 1))
+        assert all(list(b[: len(a)]) == list(a) for a, b in itertools.pairwise(ids))  # earlier turns: a prefix

@@ -137,7 +137,8 @@ def convert(file: TraceIn, out: Annotated[Path, typer.Argument(help="Output .par
 
 @app.command()
 def gen(spec: Annotated[Path, typer.Argument(help="YAML spec: a generator spec, a benchmark dataset (dataset: random | "
-                                                  "prefix_repetition | sharegpt | isl_osl) or an inference-perf config; "
+                                                  "prefix_repetition | sharegpt | isl_osl), an inference-perf config or "
+                                                  "a multi-turn session spec (sessions: ...); "
                                                   "or OUT alone with a `vllm bench serve` line after `--`.")],
         out: Annotated[Path | None, typer.Argument(help="Output file: .parquet, .csv or .jsonl (an ISL/OSL grid: one "
                                                         "file per point, OUT's name + _isl{I}_osl{O}).")] = None,
@@ -158,6 +159,13 @@ def gen(spec: Annotated[Path, typer.Argument(help="YAML spec: a generator spec, 
         raise ConfigError("trace gen: give SPEC and OUT (or OUT and a `vllm bench serve` line after `--`)")
     output_kind(out)
     raw = read_spec_yaml(spec)
+    if isinstance(raw, dict) and "sessions" in raw:  # a multi-turn session spec (workloads/sessions.py)
+        from workloads.sessions import generate_sessions, parse_sessions
+
+        ss = parse_sessions(raw, str(spec))
+        s = seed if seed is not None else (ss.seed if ss.seed is not None else 0)
+        _write(generate_sessions(ss, np.random.default_rng(s)), out, (f"seed {s}", "sessions: closed loop"))
+        return
     if is_bench_yaml(raw):
         for b in build_yaml(raw, str(spec), seed):
             _write(b.df, _point_path(out, b.label), b.notes)
