@@ -80,8 +80,7 @@ def summary_table(res: SimResult, prefix_info: bool = True) -> Table:
     rows.append(("steps (fast-forwarded)", f"{s.num_steps:,} ({s.fast_forward_steps:,})"))
     lo, hi = s.cost_band
     rows.append(("step-time basis (error band)", (f"{s.cost_basis} ({100 * lo:+.0f}% / {100 * hi:+.0f}%)"
-                 if hi or lo else s.cost_basis) + (f"; this run: {s.cost_regime['basis']}, "
-                                                   f"{escape(s.cost_regime['detail'])}" if s.cost_regime else "")))
+                 if hi or lo else s.cost_basis) + (f"; {escape(s.cost_regime['detail'])}" if s.cost_regime else "")))
     if s.cost_regime:  # the held-out mean E2E / TTFT bands of the stack's fit (widened outside its regime)
         rows.append(("E2E / TTFT error band", " ; ".join(f"{100 * a:+.0f}% / {100 * b:+.0f}%"
                                                          for a, b in (s.cost_band_e2e, s.cost_band_ttft))))
@@ -103,7 +102,7 @@ def api_server_row(res: SimResult) -> tuple[str, str]:
     added = (f"; ingress p50/p99 {fmt.durations(tuple(float(np.percentile(ing, x)) for x in (50, 99)))}, "
              f"last-token egress p50/p99 {fmt.durations(tuple(float(np.percentile(eg, x)) for x in (50, 99)))}"
              if len(ing) and len(eg) else "")
-    return ("API server", f"{a.count} x {a.endpoint}, {escape(a.profile)} ({escape(a.source)}){added}")
+    return ("API server", f"{a.count} x {a.endpoint}, {escape(a.profile)}{added}")  # sources: summary.json
 
 
 def register(app: typer.Typer) -> None:
