@@ -12,8 +12,13 @@ The client sends ``num_prompts`` requests open loop: the first at once, then gap
 gamma distribution of shape ``burstiness`` at ``request_rate`` (``inf``: all at once), and waits
 for every answer. A stage read here therefore *drains* (``Stage.drains``): the measured means
 cover every completed request, and the replay sends the same count and measures all of them.
-What kvsim cannot replay is refused: a ``max_concurrency`` cap (a closed-loop client) and a
-request-rate ramp.
+
+With ``--max-concurrency N`` the client is a closed loop: at most N requests in flight, the next
+(in order) sent when one finishes, and not before its rate time. Its stage's ``arrival`` is
+``"closed loop of N"`` (:func:`closed_loop_of`), which the replay sends through kvsim's own
+closed-loop clients (:mod:`sim.run.clients`). Those do not model the API server in front yet, so
+the replay runs without one, and the run's name says so (it is what ``calibrate check`` prints).
+What kvsim cannot replay is refused: a request-rate ramp.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from typing import Any
 from sim.errors import ConfigError
 
 SUFFIXES = (".json", ".jsonl")
+CLOSED_LOOP = "closed loop of "      # Stage.arrival of a --max-concurrency run, then N
+CLOSED_NOTE = "closed loop {n}, no front-end"  # in the run's name: the replay has no API server
 #: (where, run, fields): one result, named by its file (and line), as ``Stage`` fields
 # (``serving_runs`` makes the stage: this module knows vLLM's keys, not the stage)
 Record = tuple[str, str, dict[str, Any]]
@@ -58,11 +65,27 @@ def is_bench(d: Any) -> bool:
     return isinstance(d, dict) and "mean_ttft_ms" in d and "completed" in d
 
 
-def _refuse_unreplayable(d: dict[str, Any], where: str) -> None:
+def closed_loop_of(arrival: str) -> int | None:
+    """N of a stage sent by a closed loop of N clients (``--max-concurrency N``), else None."""
+    return int(arrival.removeprefix(CLOSED_LOOP)) if arrival.startswith(CLOSED_LOOP) else None
+
+
+def _slots(d: dict[str, Any], where: str) -> int | None:
+    """The run's ``max_concurrency`` (None, 0 or "None": open loop), a whole number >= 1."""
     cap = d.get("max_concurrency")
-    if cap not in (None, 0, "None"):
-        raise ConfigError(f"{where}: max_concurrency {cap}: kvsim replays open-loop arrivals at request_rate, "
-                          "not a concurrency-capped client; calibrate on runs without --max-concurrency")
+    if cap in (None, 0, "None"):
+        return None
+    try:
+        x = float(cap) if not isinstance(cap, bool) else 0.0
+    except (TypeError, ValueError):
+        x = 0.0
+    n = int(x) if math.isfinite(x) and x == int(x) else 0
+    if n < 1:
+        raise ConfigError(f"{where}: max_concurrency {cap!r}: must be a whole number >= 1 (or null)")
+    return n
+
+
+def _refuse_unreplayable(d: dict[str, Any], where: str) -> None:
     if d.get("ramp_up_strategy") not in (None, "None"):
         raise ConfigError(f"{where}: ramp_up_strategy {d['ramp_up_strategy']!r}: kvsim replays one request "
                           "rate per run; calibrate on runs without --ramp-up-strategy")
@@ -86,11 +109,13 @@ def bench_record(d: dict[str, Any], where: str) -> dict[str, Any]:
         done, dur = int(d["completed"]), float(d["duration"])
         n = int(d.get("num_prompts") or done)
         burst = float(d.get("burstiness") or 1.0)
+        slots = _slots(d, where)
         mean_out = d["total_output_tokens"] / done
         e2e = float(d["mean_e2el_ms"]) / 1e3 if "mean_e2el_ms" in d else \
             (float(d["mean_ttft_ms"]) + float(d["mean_tpot_ms"]) * (mean_out - 1)) / 1e3
         rec = {"rate": float(d.get("request_rate", "inf")), "duration_s": dur, "sent": n, "ok": done,
-               "failures": n - done, "arrival": "poisson" if burst == 1.0 else f"gamma (burstiness {burst:g})",
+               "failures": n - done, "arrival": f"{CLOSED_LOOP}{slots}" if slots else
+               "poisson" if burst == 1.0 else f"gamma (burstiness {burst:g})",
                "burstiness": burst, "lens": _lens(d, where), "mean_in": d["total_input_tokens"] / done,
                "mean_out": mean_out, "e2e_mean": e2e, "ttft_mean": float(d["mean_ttft_ms"]) / 1e3,
                "served_rate": float(d["request_throughput"]), "model_id": str(d.get("model_id") or "")}
@@ -109,7 +134,10 @@ def bench_file(path: Path, objs: list[tuple[int, Any]]) -> list[Record]:
         where = f"{path}:{line}" if len(objs) > 1 else str(path)
         if not is_bench(d):
             raise ConfigError(f"{where}: not a `vllm bench serve` result (no mean_ttft_ms / completed)")
-        out.append((where, f"{path.stem}:{line}" if len(objs) > 1 else path.stem, bench_record(d, where)))
+        rec = bench_record(d, where)
+        run = f"{path.stem}:{line}" if len(objs) > 1 else path.stem
+        slots = closed_loop_of(rec["arrival"])
+        out.append((where, run if slots is None else f"{run} ({CLOSED_NOTE.format(n=slots)})", rec))
     return out
 
 

@@ -12,7 +12,11 @@ The trace (one seeded numpy Generator, :func:`stage_trace`):
 - a stage that drains (``vllm bench serve``, ``Stage.drains``): its own count of prompts, the
   first at once and gamma gaps of shape ``burstiness`` after it (all at once at an infinite
   rate), each request's own lengths when the run saved them; every request is measured, as the
-  client measured every answer.
+  client measured every answer;
+- a ``--max-concurrency N`` run (``calibration.bench_serve.closed_loop_of``): the same requests
+  in order through kvsim's closed loop of N (``sim.run.clients``): each sent when a slot frees,
+  not before its rate time. That loop has no API server in front yet, so neither has the replay
+  (``api_server_count`` 0; the stage's name says so). A request's engine arrival is its send time.
 
 :func:`replay_stages` is the one path of both ``kvsim calibrate check`` and ``calibrate fit
 --from``, so a fitted profile is checked exactly as it was fitted. A stack named by a YAML file is
@@ -21,7 +25,9 @@ cache (``sim/run/static.py``) keys a serving stack by its name only.
 
 :func:`replay` runs the stage with the serving stack given (a name or a profile YAML) and also
 records, per step, the stack's inputs (kernel time, sequences, a prefill flag), so the fit can
-move the stack's coefficients along the measured schedule (``calibration/v1_fit.py``).
+move the stack's coefficients along the measured schedule (``calibration/v1_fit.py``): a request's
+gradient sums the steps after its engine arrival (in a closed loop, its send: the end of the step
+that freed its slot, which is not its own) up to its first token / finish.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from calibration.bench_serve import closed_loop_of
 from calibration.serving_runs import Stage
 from sim.config.schema import SimConfig, make_config
 from sim.cost.batch import CostBasis, StepBatch, basis_of
@@ -45,12 +52,14 @@ from sim.io.results import request_frame
 from sim.memory.budget import model_for
 from sim.model.catalog import resolve_model
 from sim.run.build import build, new_replica
+from sim.run.clients import ClientSpec, closed_loop
 from workloads.schema import Trace, validate
 
 BLOCK = 16
 DEFAULT_WINDOW_S = 150.0    # seconds of an inference-perf stage replayed (its steady state)
 WARMUP_FRACTION = 0.1       # requests of the first 10 % of the window are not measured (empty server)
 OVERLOAD_WAIT_S = 2.0       # mean queueing delay of the last quarter of arrivals above this: overloaded
+SAME_TIME_S = 1e-9          # a send at a step's end (a closed loop's) comes after that step, not in it
 # d step_time / d (eta, eta_tok, eta_attn, cpu_s, per_seq_s, prefill_s): token-independent kernel
 # time, token-dependent dense time, attention time, 1, sequences, 1 if the step prefills
 FEATURES = ("kernel_fixed", "kernel_dense", "kernel_attention", "step", "seq", "prefill")
@@ -159,6 +168,9 @@ class StageResult:
 
 def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150.0, outputs: str = "auto",
            **cfg_kw: Any) -> StageResult:
+    slots = closed_loop_of(st.arrival)
+    if slots is not None:  # the closed loop models no API server yet (sim/run/clients.py)
+        cfg_kw = {**cfg_kw, "api_server_count": 0}
     cfg = stage_config(st, stack, seed=seed, **cfg_kw)
     trace = stage_trace(st, np.random.default_rng(seed), window_s, outputs)
     parts = build(cfg)
@@ -171,7 +183,11 @@ def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150
     ing, inbox = enter(reqs, fe) if fe is not None else (None, reqs)
     env = simpy.Environment()
     rep = new_replica(env, cfg, parts=parts)
-    rep.submit_all(inbox)
+    loop = closed_loop(ClientSpec(slots), trace, reqs, fe) if slots is not None else None
+    if loop is not None:
+        loop.feed(rep)  # sets each later request's arrival_s to its send time as the run goes
+    else:
+        rep.submit_all(inbox)
     env.run()
     eng = request_frame(reqs)  # the engine's own times: the steps between them move with the stack
     if fe is not None and ing is not None:
@@ -187,7 +203,7 @@ def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150
     done = q[q["status"] == "finished"] if "status" in q else q
     meas = done if st.drains else done[done["arrival_s"] >= WARMUP_FRACTION * t_end]
     e = eng.loc[meas.index]
-    lo = np.searchsorted(ends, e["arrival_s"].to_numpy(), "right")
+    lo = np.searchsorted(ends, e["arrival_s"].to_numpy() + SAME_TIME_S, "right")
     g_e2e = (cum[np.searchsorted(ends, e["finish_s"].to_numpy() - 1e-12, "right") + 1] - cum[lo]).mean(axis=0) \
         if len(meas) else np.zeros(len(FEATURES))
     g_ttft = (cum[np.searchsorted(ends, e["first_token_s"].to_numpy() - 1e-12, "right") + 1] - cum[lo]).mean(axis=0) \

@@ -407,3 +407,35 @@ def assert_ff_identical_closed_loop(cfg_kw: dict[str, Any], trace: Any, max_conc
     pd.testing.assert_frame_equal(ff.steps, ex.steps, check_exact=True)
     assert ff_tables == ex_tables, "the same requests freed other blocks"
     return ff
+
+
+def vllm_bench_closed_loop(stack: Path, n: int, concurrency: int, seed: int, *,
+                           model_id: str = "meta-llama/Llama-3.1-8B-Instruct") -> dict[str, Any]:
+    """What `vllm bench serve --max-concurrency N --request-rate inf --save-result --save-detailed`
+    writes, for a run simulated by kvsim under ``stack`` with its own closed loop of N clients and
+    no API server (``n`` prompts of 300-1200 tokens, 60-260 out, in order, on one H100)."""
+    import time
+
+    import numpy as np
+
+    from sim.config.schema import make_config
+    from sim.run.clients import ClientSpec
+    from sim.run.simulate import simulate
+    from workloads.schema import Trace, validate
+
+    rng = np.random.default_rng(seed)
+    p, o = rng.integers(300, 1200, n), rng.integers(60, 260, n)
+    df = pd.DataFrame({"arrival_s": np.zeros(n), "prompt_tokens": p, "output_tokens": o})
+    cfg = make_config(model=model_id, gpu="h100", serving_stack=str(stack), seed=seed, api_server_count=0)
+    q = simulate(cfg, Trace(validate(df, "bench"), "bench", "synthetic"), clients=ClientSpec(concurrency)).requests  # uid = send order
+    ttft, e2e, out = (q[c].to_numpy(float) for c in ("ttft_s", "e2e_s", "output_tokens"))
+    dur = float(q["finish_s"].max())
+    d: dict[str, Any] = {
+        "date": time.strftime("%Y%m%d-%H%M%S"), "backend": "vllm", "model_id": model_id, "tokenizer_id": model_id,
+        "num_prompts": n, "request_rate": "inf", "burstiness": 1.0, "max_concurrency": concurrency, "duration": dur,
+        "completed": len(q), "total_input_tokens": int(p.sum()), "total_output_tokens": int(out.sum()),
+        "request_throughput": len(q) / dur, "input_lens": p.tolist(), "output_lens": out.astype(int).tolist()}
+    tpot = (e2e - ttft) / np.maximum(1, out - 1)
+    for name, x in (("ttft", ttft), ("tpot", tpot), ("e2el", e2e)):
+        d.update({f"mean_{name}_ms": float(x.mean()) * 1e3, f"median_{name}_ms": float(np.median(x)) * 1e3})
+    return d

@@ -122,10 +122,10 @@ def test_the_served_model_is_read_from_the_results_and_disagreement_is_refused(
 
 
 def test_what_cannot_be_replayed_is_refused(runs: dict[str, list[Path]], tmp_path: Path) -> None:
-    capped = json.loads(runs["files"][0].read_text()) | {"max_concurrency": 8}
-    (tmp_path / "capped.json").write_text(json.dumps(capped))
-    with pytest.raises(ConfigError, match="max_concurrency 8"):
-        read_many([tmp_path / "capped.json"])
+    ramped = json.loads(runs["files"][0].read_text()) | {"ramp_up_strategy": "linear"}  # (max_concurrency is
+    (tmp_path / "ramped.json").write_text(json.dumps(ramped))                     # replayed: closed_loop tests)
+    with pytest.raises(ConfigError, match="ramp_up_strategy 'linear'"):
+        read_many([tmp_path / "ramped.json"])
 
 
 def test_a_run_at_an_infinite_rate_is_replayed_as_one_burst(runs: dict[str, list[Path]], tmp_path: Path) -> None:

@@ -121,6 +121,13 @@ def _table(results: list[Any]) -> list[str]:
                    f"{st.ttft_mean * 1e3:8.1f}ms {r.ttft_mean * 1e3:6.1f}ms {100 * (r.ttft_mean / st.ttft_mean - 1):+6.1f}% "
                    f"{st.dtpt() * 1e3:8.2f}ms {r.dtpt * 1e3:6.2f}ms  {'yes' if st.overloaded else 'no'}/"
                    f"{'yes' if r.overloaded else 'no'}")
+    from calibration.bench_serve import closed_loop_of
+
+    for r in results:  # the names above are cut at 58 characters: say it where it cannot be cut
+        n = closed_loop_of(str(r.stage.arrival))
+        if n is not None:
+            out.append(f"note: {r.stage.key}: replayed as a closed loop of {n} clients (--max-concurrency), "
+                       "without the API server (not modelled in closed loops yet)")
     return out
 
 
