@@ -63,10 +63,10 @@ def test_no_requests_give_the_empty_table_with_every_column() -> None:
 
 
 def test_one_attribute_read_alone_is_a_column_too() -> None:
-    from sim.io.results import _columns
+    from sim.io.results import attr_columns
 
     rs = requests_in_every_state()
-    assert list(_columns(rs, ("finish_step",), int)["finish_step"]) == [20, 21, 22, 23, 24]
+    assert list(attr_columns(rs, ("finish_step",), int)["finish_step"]) == [20, 21, 22, 23, 24]
 
 
 @pytest.mark.parametrize("path", ["compiled", "python"])

@@ -24,11 +24,10 @@ from typing import Annotated
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from sim.errors import ConfigError
 from workloads.gen import lengths as L
-from workloads.gen.generate import read_spec_yaml
+from workloads.gen.generate import read_spec_yaml, validated
 from workloads.gen.spec import Lengths
 
 
@@ -53,11 +52,7 @@ class SessionSpec(BaseModel):
 
 
 def parse_sessions(raw: object, where: str = "spec") -> SessionSpec:
-    try:
-        return SessionSpec.model_validate(raw)
-    except ValidationError as e:
-        msgs = [f"{'.'.join(str(x) for x in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors()]
-        raise ConfigError(f"{where}: " + "; ".join(msgs)) from None
+    return validated(SessionSpec, raw, where)
 
 
 def load_sessions(path: str | Path) -> SessionSpec:

@@ -39,6 +39,7 @@ from sim.config.schema import SimConfig
 from sim.errors import ConfigError
 from sim.io.ingest import make_requests
 from sim.kv.hashing import BlockHasher
+from sim.request import Request
 from sim.run.build import build
 from workloads.schema import Trace
 
@@ -76,16 +77,24 @@ def shared_cache_hits(trace: Trace, cfg: SimConfig, capacity: int | None) -> Pre
     lru: OrderedDict[int, None] = OrderedDict()
     hits = prompt = evicted = 0
     for r in make_requests(trace, cfg):
-        ks = keys(r)
         prompt += r.prompt_tokens
-        hits += leading(keys.lookup(r), lru) * B
-        for k in ks:
-            lru[k] = None
-            lru.move_to_end(k)
-        while capacity is not None and len(lru) > capacity:
-            lru.popitem(last=False)
-            evicted += 1
+        h, e = _visit(lru, keys, r, capacity)
+        hits, evicted = hits + h * B, evicted + e
     return PrefixTally(prompt, hits, evicted)
+
+
+def _visit(lru: OrderedDict[int, None], keys: PromptKeys, r: Request, capacity: int | None) -> tuple[int, int]:
+    """One request's prompt through an LRU of ``capacity`` blocks (None: unbounded): (blocks hit
+    from the left at arrival, blocks evicted inserting the prompt's)."""
+    hit = leading(keys.lookup(r), lru)
+    for k in keys(r):
+        lru[k] = None
+        lru.move_to_end(k)
+    evicted = 0
+    while capacity is not None and len(lru) > capacity:
+        lru.popitem(last=False)
+        evicted += 1
+    return hit, evicted
 
 
 def partitioned_hits(trace: Trace, cfg: SimConfig, replicas: int, capacity: int, route: str = "round-robin") -> PrefixTally:
@@ -102,16 +111,9 @@ def partitioned_hits(trace: Trace, cfg: SimConfig, replicas: int, capacity: int,
     hits = prompt = evicted = 0
     for n, r in enumerate(make_requests(trace, cfg)):
         key = prefix_key(r) if route == "prefix-affinity" else None
-        lru = lrus[(key if key is not None else n) % replicas]
-        ks = keys(r)
         prompt += r.prompt_tokens
-        hits += leading(keys.lookup(r), lru) * B
-        for k in ks:
-            lru[k] = None
-            lru.move_to_end(k)
-        while len(lru) > capacity:
-            lru.popitem(last=False)
-            evicted += 1
+        h, e = _visit(lrus[(key if key is not None else n) % replicas], keys, r, capacity)
+        hits, evicted = hits + h * B, evicted + e
     return PrefixTally(prompt, hits, evicted)
 
 

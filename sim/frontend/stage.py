@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,7 @@ from sim.config.schema import SimConfig
 from sim.frontend.egress import deliver
 from sim.frontend.ingress import Ingress, ingress
 from sim.frontend.profile import VLLM_API_SERVER, Endpoint, FrontendProfile
-from sim.io.results import GATHER
+from sim.io.results import attr_columns
 from sim.request import Request, Status
 
 #: the columns requests.parquet gains (present with or without an API server)
@@ -62,13 +61,9 @@ def fleet_frontend(cfgs: Sequence[SimConfig]) -> FrontEnd | None:
 
 
 def _attrs(reqs: Sequence[Request], names: tuple[str, ...], dtype: Any) -> list[np.ndarray]:
-    """The attributes ``names`` of every request, one numpy column each (read at their slots by
-    the compiled gather where it is built, as :mod:`sim.io.results` does)."""
-    if GATHER is not None and type(reqs) is list:
-        rows = np.empty((len(reqs), len(names)), dtype)
-        GATHER(reqs, names, rows, dtype is np.float64)
-        return list(rows.T.copy())
-    return [np.fromiter(map(attrgetter(name), reqs), dtype=dtype, count=len(reqs)) for name in names]
+    """The attributes ``names`` of every request, one numpy column each, in ``names``' order."""
+    cols = attr_columns(reqs, names, dtype)
+    return [cols[n] for n in names]
 
 
 def enter(reqs: Sequence[Request], fe: FrontEnd) -> tuple[Ingress, list[Request]]:

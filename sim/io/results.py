@@ -38,7 +38,7 @@ def _column(reqs: Sequence[Request], name: str, dtype: Any) -> np.ndarray:
     return np.fromiter(map(attrgetter(name), reqs), dtype=dtype, count=len(reqs))
 
 
-def _columns(reqs: Sequence[Request], names: tuple[str, ...], dtype: Any) -> dict[str, np.ndarray]:
+def attr_columns(reqs: Sequence[Request], names: tuple[str, ...], dtype: Any) -> dict[str, np.ndarray]:
     """The attributes ``names`` of every request, one contiguous numpy column each, read in one
     pass (one ``np.fromiter`` over the requests' attribute tuples, not one per column)."""
     if GATHER is not None and type(reqs) is list and dtype in (np.int64, np.float64):
@@ -60,7 +60,7 @@ _FLOATS = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s")
 def _summary_columns(reqs: Sequence[Request], ints: dict[str, np.ndarray]) -> dict[str, Any]:
     """:func:`request_columns`' columns, in its order (``ints``: the integer attributes)."""
     n = len(reqs)
-    f = _columns(reqs, _FLOATS, np.float64)
+    f = attr_columns(reqs, _FLOATS, np.float64)
     st, arr, out_t = ints["status"], f["arrival_s"], ints["output_tokens"]
     status = np.where(st == Status.FINISHED, "finished", np.where(st == Status.REJECTED, "rejected", "unfinished"))
     fs, ft, fn = (np.where(f[c] < 0, np.nan, f[c]) for c in ("first_scheduled_s", "first_token_s", "finish_s"))
@@ -83,13 +83,13 @@ def _summary_columns(reqs: Sequence[Request], ints: dict[str, np.ndarray]) -> di
 def request_columns(reqs: Sequence[Request]) -> pd.DataFrame:
     """The request columns the run summary reads (no ids, reasons' details or parents), as numpy
     columns; :func:`request_frame` adds the others (the same values and order)."""
-    return pd.DataFrame(_summary_columns(reqs, _columns(reqs, ("status", "prompt_tokens", "output_tokens"), np.int64)))
+    return pd.DataFrame(_summary_columns(reqs, attr_columns(reqs, ("status", "prompt_tokens", "output_tokens"), np.int64)))
 
 
 def request_frame(reqs: Sequence[Request]) -> pd.DataFrame:
     """One row per request, in uid order: :func:`request_columns` and the ids, the steps, the
     counts and the details (one frame, built in :data:`REQUEST_COLUMNS`' order)."""
-    ints = _columns(reqs, _INTS, np.int64)
+    ints = attr_columns(reqs, _INTS, np.int64)
     cols = _summary_columns(reqs, ints)
     cols.update((name, ints[name]) for name in ("first_scheduled_step", "finish_step", "num_preemptions",
                                                    "prefix_hit_tokens"))

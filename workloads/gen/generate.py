@@ -14,11 +14,12 @@ Order of work (and of random draws, so a seed fixes the output):
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from sim.errors import ConfigError
 from sim.safe_yaml import safe_load
@@ -26,6 +27,8 @@ from workloads.gen import lengths as L
 from workloads.gen.arrivals import arrivals
 from workloads.gen.sharing import prefix_hash_ids
 from workloads.gen.spec import Spec
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def read_spec_yaml(path: str | Path) -> object:
@@ -49,8 +52,13 @@ def load_spec(path: str | Path) -> Spec:
 
 
 def parse_spec(raw: object, where: str = "spec") -> Spec:
+    return validated(Spec, raw, where)
+
+
+def validated(model: type[M], raw: object, where: str) -> M:
+    """``raw`` validated as ``model``; a bad spec is one line naming each key at fault."""
     try:
-        return Spec.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as e:
         msgs = [f"{'.'.join(str(x) for x in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors()]
         raise ConfigError(f"{where}: " + "; ".join(msgs)) from None
