@@ -106,7 +106,7 @@ def rich_table(plan: Plan) -> Table:
 def _check(args: dict[str, Any]) -> None:
     if args["rate_scale"] is not None and args["target_qps"] is not None:
         raise ConfigError("--rate-scale and --target-qps are exclusive: give one")
-    for flag in ("rate_scale", "target_qps"):
+    for flag in ("rate_scale", "target_qps", "peak_window", "bucket"):
         v = args[flag]
         if v is not None and not v > 0:
             raise ConfigError(f"--{flag.replace('_', '-')} {v!r}: must be > 0")
@@ -125,11 +125,10 @@ def _check(args: dict[str, Any]) -> None:
     for flag in ("headroom", "cold_start"):
         if args[flag] < 0:
             raise ConfigError(f"--{flag.replace('_', '-')} {args[flag]}: must be >= 0")
-    for flag in ("peak_window", "bucket"):
-        if not args[flag] > 0:
-            raise ConfigError(f"--{flag.replace('_', '-')} {args[flag]}: must be > 0")
     if args["price_point"] not in ("low", "typical", "high"):
         raise ConfigError(f"--price-point {args['price_point']!r}: expected low, typical or high")
+    if args["max_concurrency"] is not None or getattr(args["bench"], "max_concurrency", None) is not None:
+        raise ConfigError("not modelled yet: plan --max-concurrency (a plan sizes the fleet from the trace's arrival rate; N clients send as fast as the fleet serves them, a rate no capacity search can take)")
 
 
 def register(app: typer.Typer) -> None:
@@ -187,7 +186,7 @@ def register(app: typer.Typer) -> None:
         max_model_len: o.MML = None, enable_prefix_caching: o.EPC = None,
         format: Annotated[str | None, typer.Option("--format", help="Trace format override.")] = None,
         out: Annotated[Path | None, typer.Option(help="Bundle directory (default reports/plan-<id>/).")] = None,
-        request_rate: o.RequestRate = None, burstiness: o.Burstiness = None,
+        request_rate: o.RequestRate = None, burstiness: o.Burstiness = None, max_concurrency: o.MaxConcurrency = None,
         *, sim_flags: dict[str, Any],
     ) -> None:
         """Find the cheapest fleet (GPU, TP, replicas, knobs) that meets the SLOs on TRACE.

@@ -24,7 +24,7 @@ from sim.cli.progress import Stages
 from sim.config.schema import SimConfig
 from sim.config.vllm_bench import VllmBench
 from sim.errors import ConfigError
-from sim.sweep import expand, load_grid_yaml, parse_sets, run_sweep
+from sim.sweep import CLIENTS_KEY, expand, load_grid_yaml, parse_sets, run_sweep
 from workloads.load import Load
 
 Sets = Annotated[list[str] | None, typer.Option(
@@ -47,11 +47,14 @@ def register(app: typer.Typer) -> None:
         set_: Sets = None, grid: Grid = None, backend: Backend = "local", address: Address = None,
         jobs: Jobs = None, max_retries: Retries = 3, retry_failed: RetryFailed = False,
         request_rate: o.RequestRate = None, burstiness: o.Burstiness = None,
+        max_concurrency: o.MaxConcurrency = None,
         *, bench: VllmBench | None = None, cfg: SimConfig,
     ) -> None:
         """Simulate every point of a grid; append each result to DIR/sweep.parquet as it finishes.
 
         Rerunning into the same DIR skips points already recorded (keyed by config + trace hash).
+        --max-concurrency N sends every point's trace by N clients; --set max_concurrency=4,8,...
+        sweeps it (column max_concurrency, empty for an open loop).
         """
         base = cfg.model_dump(exclude_unset=True)
         spec = load_grid_yaml(grid) if grid else {}
@@ -59,6 +62,7 @@ def register(app: typer.Typer) -> None:
             spec[k] = vals
         if not spec:
             raise ConfigError("sweep: give the grid with --set KEY=v1,v2 or --grid FILE.yaml")
+        with_clients(spec, max_concurrency, bench)
         load = o.load_of(request_rate, burstiness, bench, o.rescaled(cfg) or bool({"rate_scale", "total_rate"} & set(spec)))
         if load.given:
             spec, trace = sent_traces(load, spec, trace, out, cfg.seed)
@@ -93,6 +97,16 @@ def register(app: typer.Typer) -> None:
             again = "" if res.failed == len(bad) else " (rerun with --retry-failed to try the earlier ones again)"
             typer.secho(f"error: {len(bad)} of {res.planned} sweep points failed{again}", err=True, fg="red")
             raise typer.Exit(1)
+
+
+def with_clients(spec: dict[str, list[Any]], flag: int | None, bench: VllmBench | None) -> None:
+    """Every point's clients: --max-concurrency (else a pasted bench line's) when the grid does not
+    sweep them; the flag and the swept key at once are refused (which one would the user mean?)."""
+    if flag is not None and CLIENTS_KEY in spec:
+        raise ConfigError(f"--max-concurrency {flag} and a swept {CLIENTS_KEY}: give one")
+    n = flag if flag is not None else bench.max_concurrency if bench is not None else None
+    if n is not None and CLIENTS_KEY not in spec:
+        spec[CLIENTS_KEY] = [n]
 
 
 def sent_traces(load: Load, spec: dict[str, list[Any]], trace: Path | None, out: Path,

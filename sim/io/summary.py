@@ -131,6 +131,7 @@ class Summary:
     rejections: dict[str, int]         # reject reason -> count
     num_length_capped: int = 0         # finished requests cut at max_model_len (finish reason "length")
     load: Load = field(default_factory=Load)  # offered vs served rate, overloaded (sim/io/overload.py)
+    max_concurrency: int | None = None  # the clients' closed loop (--max-concurrency; sim/run/clients.py), None: open loop
     config_defaults: tuple[str, ...] = ()  # knobs left unset, filled in by preset/budget (sim/io/resolved.py)
     kv_offload: KvOffload = field(default_factory=KvOffload)  # per-tier hits (--kv-offloading-size)
     cost_basis: str = ""               # fitted | extrapolated | uncalibrated | exact (sim/cost/batch.py)
@@ -172,6 +173,8 @@ class Summary:
         for k in ("e2e", "ttft"):
             out[f"cost_band_{k}_optimistic"], out[f"cost_band_{k}_pessimistic"] = s[f"cost_band_{k}"]
         out.update(s["load"])  # offered_rps, served_rps, backlog_at_last_arrival, overloaded
+        if s["max_concurrency"] is not None:  # a closed loop's clients (an open loop's cell: empty in a table)
+            out["max_concurrency"] = s["max_concurrency"]
         out["simulate_s"] = s["timings"]["simulate_s"]
         return out
 

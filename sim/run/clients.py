@@ -127,6 +127,18 @@ def chain_content(reqs: Sequence[Request], follows: np.ndarray) -> None:
             prev.content = ("ids", tuple(b[1][:upto]))
 
 
+def refuse(slots: int | None, sessions: bool, fe: FrontEnd | None) -> str:
+    """Raise the one-line refusal of clients not modelled yet (module docstring), else name them.
+    Apart from :func:`closed_loop` so that a sweep checks every point before any runs."""
+    what = "--max-concurrency" if not sessions else "a session trace"
+    if slots is not None and sessions:
+        raise ConfigError("not modelled yet: --max-concurrency with a session trace (give one)")
+    if fe is not None and (slots is not None or sessions):
+        raise ConfigError(f"not modelled yet: {what} with an API server in front (its queues are solved from "
+                          "the send times around the run); pass --api-server-count 0")
+    return what
+
+
 def closed_loop(spec: ClientSpec | None, trace: Trace, reqs: Sequence[Request],
                 fe: FrontEnd | None) -> ClosedLoop | None:
     """The clients of a run, or None when it is open loop (no --max-concurrency, no sessions)."""
@@ -134,12 +146,7 @@ def closed_loop(spec: ClientSpec | None, trace: Trace, reqs: Sequence[Request],
     sess = sessions_of(trace)
     if slots is None and sess is None:
         return None
-    what = "--max-concurrency" if sess is None else "a session trace"
-    if slots is not None and sess is not None:
-        raise ConfigError("not modelled yet: --max-concurrency with a session trace (give one)")
-    if fe is not None:
-        raise ConfigError(f"not modelled yet: {what} with an API server in front (its queues are solved from "
-                          "the send times around the run); pass --api-server-count 0")
+    what = refuse(slots, sess is not None, fe)
     if len(reqs) != trace.num_requests or any(r.parent >= 0 for r in reqs):
         raise ConfigError(f"not modelled yet: {what} with fanned-out samples (n > 1 or beam search)")
     if sess is None:

@@ -94,10 +94,13 @@ def _prefix(st: PrefixStats) -> PrefixCache:
 
 
 def run_summary(cfg: SimConfig, parts: Components, requests_df: pd.DataFrame, stats: pd.DataFrame | StepStats,
-                counters: RunCounters, trace: Trace, load_s: float, sim_s: float) -> Summary:
-    """The run's :class:`Summary` from its tables (or folded step figures) and counters."""
+                counters: RunCounters, trace: Trace, load_s: float, sim_s: float,
+                clients: ClientSpec | None = None) -> Summary:
+    """The run's :class:`Summary` from its tables (or folded step figures) and counters; ``clients``
+    is recorded beside the load it made (a run's inputs: the trace and how it was sent)."""
     return dataclasses.replace(
         summarize(cfg, parts.budget, parts.cost, requests_df, stats, counters),
+        max_concurrency=clients.max_concurrency if clients is not None else None,
         timings=Timings(round(load_s, 4), round(sim_s, 4), 0.0), kv_offload=kv_offload_of(parts.kv, counters.prefix),
         api_server=api_server_info(cfg),
         trace=TraceInfo(trace.path, trace.format, trace.num_requests, content_hash_of(trace),
@@ -169,6 +172,6 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
         if stream_to is not None:
             write_requests(reqs, stream_to / "requests.parquet", extra=api)
         requests_df = with_columns(request_columns(reqs), api)
-    summary = run_summary(cfg, parts, requests_df, stats, counters, trace, load_s, sim_s)
+    summary = run_summary(cfg, parts, requests_df, stats, counters, trace, load_s, sim_s, clients)
     tables = "full" if sink is None else "streamed" if stream_to is not None else "summary"
     return SimResult(cfg, parts.budget, parts.cost.name, requests_df, steps, summary, tables, stream_to, counters)

@@ -8,7 +8,8 @@ One concept per module:
 - ``grid.py``       ``--set`` flags and ``--grid`` YAML -> ``{key: [values]}``
 - ``expansion.py``  grid -> points (cartesian product, meaningless keys collapsed)
 - ``point.py``      a point and its key: hash of the full resolved config + the trace's
-                    content hash, so a rerun into the same directory runs only what is missing
+                    content hash (+ its clients, ``max_concurrency``), so a rerun into the
+                    same directory runs only what is missing
 - ``row.py``        a point's result as one flat row
 - ``worker.py``     running points (never raises: a failure is a row), summary only
 - ``derive.py``     points that differ only in pool knobs and whose capacity decisions cannot
@@ -23,12 +24,12 @@ from __future__ import annotations
 
 from sim.sweep.driver import ProgressFn, SweepRun, TaskFn, run_sweep
 from sim.sweep.expansion import IRRELEVANT, expand
-from sim.sweep.grid import TRACE_KEY, load_grid_yaml, parse_sets
+from sim.sweep.grid import CLIENTS_KEY, TRACE_KEY, load_grid_yaml, parse_sets
 from sim.sweep.point import Point, point_key
 from sim.sweep.row import PROVENANCE_COLUMNS, TIMING_COLUMNS, failed_row
 from sim.sweep.store import SweepStore
 from sim.sweep.worker import run_point
 
-__all__ = ["IRRELEVANT", "PROVENANCE_COLUMNS", "TIMING_COLUMNS", "TRACE_KEY", "Point", "ProgressFn",
+__all__ = ["CLIENTS_KEY", "IRRELEVANT", "PROVENANCE_COLUMNS", "TIMING_COLUMNS", "TRACE_KEY", "Point", "ProgressFn",
            "SweepRun", "SweepStore", "TaskFn", "expand", "failed_row", "load_grid_yaml",
            "parse_sets", "point_key", "run_point", "run_sweep"]

@@ -43,6 +43,7 @@ from sim.io.summary import RunCounters, Summary
 from sim.kv.block_pool import BlockPool
 from sim.request import Request, Status
 from sim.run.build import Components
+from sim.run.clients import ClientSpec
 from sim.run.simulate import run_summary, simulate
 from sim.run.static import static_parts
 from workloads.schema import Trace
@@ -72,6 +73,7 @@ class Base:
     counters: RunCounters
     ops: array[int]                # pool operations (record_ops)
     trace: Trace
+    clients: ClientSpec            # how the trace was sent: a point derives only from the same clients
 
 
 def record_ops(pool: BlockPool, ops: array[int], shared: list[bool]) -> None:
@@ -128,7 +130,8 @@ def replay_evictions(ops: array[int], usable: int) -> int:
     return ev
 
 
-def run_base(cfg: SimConfig, trace: Trace, reqs: list[Request]) -> tuple[Summary, Base | None]:
+def run_base(cfg: SimConfig, trace: Trace, reqs: list[Request],
+             clients: ClientSpec | None = None) -> tuple[Summary, Base | None]:
     """Simulate ``cfg``; also return it as a :class:`Base` when other points may derive from it."""
     ops: array[int] = array("q")
     shared = [False]
@@ -140,7 +143,8 @@ def run_base(cfg: SimConfig, trace: Trace, reqs: list[Request]) -> tuple[Summary
         if pool is not None:
             record_ops(pool, ops, shared)
 
-    res = simulate(cfg, trace, requests=reqs, on_build=hook)
+    clients = clients or ClientSpec()
+    res = simulate(cfg, trace, requests=reqs, on_build=hook, clients=clients)
     parts = seen[0]
     kv, sched = parts.kv, parts.sched
     hits = sched.stats.hits or sched.stats.preempted_hits
@@ -153,7 +157,8 @@ def run_base(cfg: SimConfig, trace: Trace, reqs: list[Request]) -> tuple[Summary
     B = kv.block_size
     need = max((-(-r.final_tokens // B) for r in reqs if r.status is not Status.REJECTED), default=0)
     return res.summary, Base(cfg, parts, kv.usable_blocks, (km.fail_max, km.pass_min), (sm.fail_max, sm.pass_min),
-                             need, request_columns(reqs), res.steps[list(_STEP_COLS)], res.counters, ops, trace)
+                             need, request_columns(reqs), res.steps[list(_STEP_COLS)], res.counters, ops, trace,
+                             clients)
 
 
 def _pool(parts: Components) -> BlockPool | None:
@@ -168,10 +173,12 @@ def _pool(parts: Components) -> BlockPool | None:
     return pool
 
 
-def derive(base: Base, cfg: SimConfig) -> Summary | None:
-    """The summary ``cfg``'s run would give, from ``base``; None when it may differ."""
+def derive(base: Base, cfg: SimConfig, clients: ClientSpec | None = None) -> Summary | None:
+    """The summary ``cfg``'s run would give, sent by ``clients``, from ``base``; None when it may
+    differ. A closed loop's sends follow its finishes, which the same decisions keep the same."""
     t0 = time.perf_counter()
-    if class_key(cfg.model_dump()) != class_key(base.cfg.model_dump()) or cost_key(cfg) != cost_key(base.cfg):
+    if (class_key(cfg.model_dump()) != class_key(base.cfg.model_dump()) or cost_key(cfg) != cost_key(base.cfg)
+            or (clients or ClientSpec()) != base.clients):
         return None
     try:
         _, budget, _ = static_parts(cfg)
@@ -191,4 +198,5 @@ def derive(base: Base, cfg: SimConfig) -> Summary | None:
     stats = step_stats(steps, b0.block_size, True)
     counters = dataclasses.replace(base.counters, evictions=replay_evictions(base.ops, usable))
     parts = base.parts._replace(budget=budget)
-    return run_summary(cfg, parts, base.requests, stats, counters, base.trace, 0.0, time.perf_counter() - t0)
+    return run_summary(cfg, parts, base.requests, stats, counters, base.trace, 0.0, time.perf_counter() - t0,
+                       base.clients)

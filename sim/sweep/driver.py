@@ -43,9 +43,9 @@ def classes(points: list[Point], jobs: int) -> list[list[Point]]:
     """Tasks of points that differ only in pool knobs (:func:`~sim.sweep.derive.class_key`), so
     one worker derives them from one simulated base; split in halves while there are fewer
     tasks than workers."""
-    by: dict[tuple[str, str], list[Point]] = {}
-    for p in points:
-        by.setdefault((p.trace_hash, class_key(p.config)), []).append(p)
+    by: dict[tuple[str, str, int | None], list[Point]] = {}
+    for p in points:  # (a base derives only for its own clients: derive.py)
+        by.setdefault((p.trace_hash, class_key(p.config), p.max_concurrency), []).append(p)
     tasks = list(by.values())
     while len(tasks) < jobs and max(map(len, tasks), default=0) > 1:
         big = max(tasks, key=len)

@@ -17,12 +17,16 @@ from sim.errors import ConfigError
 from sim.safe_yaml import safe_load
 
 TRACE_KEY = "trace"
+#: how the trace is sent (``--max-concurrency``, :mod:`sim.run.clients`): swept like a config key,
+#: though no SimConfig field (it is the load, not the server), as InferenceX sweeps 4..128 clients
+CLIENTS_KEY = "max_concurrency"
 
 
 def _norm_key(k: str) -> str:
     k = str(k).strip().replace("-", "_")
-    if k != TRACE_KEY and k not in SimConfig.model_fields:
-        raise ConfigError(f"sweep key {k!r}: not a simulate option (valid: trace, {', '.join(SimConfig.model_fields)})")
+    if k not in (TRACE_KEY, CLIENTS_KEY) and k not in SimConfig.model_fields:
+        raise ConfigError(f"sweep key {k!r}: not a simulate option (valid: {TRACE_KEY}, {CLIENTS_KEY}, "
+                          f"{', '.join(SimConfig.model_fields)})")
     return k
 
 

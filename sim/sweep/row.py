@@ -20,8 +20,12 @@ PROVENANCE_COLUMNS = ("derived_from",)
 
 
 def row_head(p: Point) -> dict[str, Any]:
-    return {"key": p.key, **p.columns, "model": p.config["model"], "gpu": p.config["gpu"],
-            "trace_hash": p.trace_hash}
+    """A closed loop's ``max_concurrency`` is in its row, a failed one's too (a table of closed
+    loops is read by it: throughput against clients, as InferenceX plots it); an open loop's row
+    has no such cell, its value is no scalar (the table has the column, empty: ``store.py``)."""
+    n = p.max_concurrency
+    return {"key": p.key, **p.columns, **({"max_concurrency": n} if n is not None else {}),
+            "model": p.config["model"], "gpu": p.config["gpu"], "trace_hash": p.trace_hash}
 
 
 def failed_row(p: Point, error: str) -> dict[str, Any]:

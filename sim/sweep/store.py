@@ -69,6 +69,9 @@ class SweepStore:
         if not frames:
             return pd.DataFrame()
         df = pd.concat(frames, ignore_index=True).drop_duplicates("key", keep="last")
+        for c in _EVERY_TABLE:
+            if c not in df:
+                df[c] = None
         if order:
             rank = {k: i for i, k in enumerate(order)}
             df = df.assign(_o=df["key"].map(rank).fillna(len(rank))).sort_values("_o", kind="stable")
@@ -84,8 +87,10 @@ class SweepStore:
 
 _DTYPES = {int: "Int64", int | None: "Int64", float: "float64", float | None: "float64",
            bool: "boolean", bool | None: "boolean"}
-#: metric columns a failed point leaves empty, typed as if every point had them
-_METRIC_DTYPES = {"overloaded": "boolean", "backlog_at_last_arrival": "Int64", "overloaded_in_bursts": "boolean",
+#: columns every table has, empty where no row has a value (an open loop's clients: row.py)
+_EVERY_TABLE = ("max_concurrency",)
+#: columns no SimConfig field types (metrics a failed point leaves empty; an open loop's clients)
+_METRIC_DTYPES = {"max_concurrency": "Int64", "overloaded": "boolean", "backlog_at_last_arrival": "Int64", "overloaded_in_bursts": "boolean",
                   "queue_peak": "Int64"}
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.config.schema import SimConfig
+from sim.run.clients import ClientSpec
 from sim.sweep.derive import Base, derive, run_base
 from sim.sweep.point import Point
 from sim.sweep.reuse import fresh_requests
@@ -53,7 +54,8 @@ def run_point(p: Point, trace: Trace | None = None) -> dict[str, Any]:
     row = row_head(p)
     try:
         cfg, tr = SimConfig(**p.config), trace if trace is not None else _trace_for(p)
-        res = simulate(cfg, tr, requests=fresh_requests(tr, cfg), summary_only=True)
+        res = simulate(cfg, tr, requests=fresh_requests(tr, cfg), summary_only=True,
+                       clients=ClientSpec(p.max_concurrency))
         row.update(status="ok", error="", **res.summary.flat(), derived_from="")
     except Exception as e:  # the point fails, the sweep goes on
         _failed(row, e)
@@ -67,7 +69,8 @@ def _pool_order(p: Point) -> tuple[float, float]:
 
 
 def run_points(points: list[Point], trace: Trace | None = None) -> list[dict[str, Any]]:
-    """Rows for ``points`` (one class), in their order; derived where a simulated one allows."""
+    """Rows for ``points`` (one class: one trace, sent by the same clients), in their order;
+    derived where a simulated one allows."""
     bases: list[tuple[str, Base]] = []
     rows: dict[str, dict[str, Any]] = {}
     for p in sorted(points, key=_pool_order):  # the largest pool and cap first: the likeliest base
@@ -75,9 +78,11 @@ def run_points(points: list[Point], trace: Trace | None = None) -> list[dict[str
         row = rows[p.key] = row_head(p)
         try:
             cfg, tr = SimConfig(**p.config), trace if trace is not None else _trace_for(p)
-            got = next(((key, s) for key, b in bases if b.trace is tr and (s := derive(b, cfg)) is not None), None)
+            clients = ClientSpec(p.max_concurrency)
+            got = next(((key, s) for key, b in bases
+                        if b.trace is tr and (s := derive(b, cfg, clients)) is not None), None)
             if got is None:
-                s, base = run_base(cfg, tr, fresh_requests(tr, cfg))
+                s, base = run_base(cfg, tr, fresh_requests(tr, cfg), clients)
                 if base is not None and len(bases) < MAX_BASES:
                     bases.append((p.key, base))
                 got = ("", s)
