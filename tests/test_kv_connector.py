@@ -147,17 +147,35 @@ def test_slab_and_hybrid_refuse_a_connector_in_one_line() -> None:
         assert kv.connector is None
 
 
-def test_a_run_with_an_asynchronous_connector_takes_every_step() -> None:
-    """Such a connector is polled once per scheduled step; fast-forward windows schedule many
-    steps at once, so the replica runs exactly (sim/run/build.py)."""
+def test_a_run_with_an_asynchronous_connector_fast_forwards_in_lockstep() -> None:
+    """Such a connector is polled once per planned step; the replica's windows sleep through
+    each step they apply (sim/engine/fastforward/lockstep.py), and the run is bit-identical to
+    exact steps: loads arriving at 0.5 s, frees delayed to 0.8 s (after which they free at a
+    poll, before the step's running pass), and decodes long enough for windows to form."""
     import simpy
 
     from sim.config.schema import make_config
+    from sim.io.ingest import make_requests
     from sim.run.build import build, new_replica
+    from tests.conftest import make_trace
 
-    cfg = make_config(num_gpu_blocks=200, max_model_len=512)
-    parts = build(cfg)
-    assert not new_replica(simpy.Environment(), cfg, parts=parts).exact_steps
-    parts.kv.connect(RemoteKv(parts.kv, 0, 0.0))  # type: ignore[arg-type]
-    assert parts.sched.transfers.connector is parts.kv.connector
-    assert new_replica(simpy.Environment(), cfg, parts=parts).exact_steps
+    def run(exact: bool) -> tuple[list[tuple[float, float, int]], list[Any], int]:
+        cfg = make_config(num_gpu_blocks=120, max_model_len=512, exact_steps=exact, cost_model="constant:0.01",
+                          api_server_count=0)
+        parts = build(cfg)
+        parts.kv.connect(RemoteKv(parts.kv, 64, 0.5, sent_s=0.8))  # type: ignore[arg-type]
+        env = simpy.Environment()
+        rep = new_replica(env, cfg, parts=parts, check=True)
+        rows = [{"arrival_s": 0.013 * i, "prompt_tokens": 96 + 16 * (i % 5), "output_tokens": 40 + 7 * (i % 6),
+                 "prompt_token_ids": list(range(i % 3, i % 3 + 96 + 16 * (i % 5)))} for i in range(40)]
+        reqs = make_requests(make_trace(rows), cfg)
+        rep.submit_all(reqs)
+        env.run()
+        done = [(r.first_token_s, r.finish_s, r.num_preemptions) for r in reqs]
+        return done, rep.log.frame().values.tolist(), rep.kernel.ff_steps
+
+    done_x, log_x, ff_x = run(True)
+    done_f, log_f, ff_f = run(False)
+    assert ff_x == 0 and ff_f > len(log_f) // 4
+    assert all(f >= 0 for _, f, _ in done_f)
+    assert done_f == done_x and log_f == log_x

@@ -11,8 +11,8 @@ Flows, at each arrival (the router process wakes first at that instant, :mod:`si
 - **prefill-first** (vLLM's disaggregated proxy): ``P`` is picked at arrival, ``D`` when ``P``
   is done (on the decode pool's state then).
 
-Prefill and decode instances step exactly (their connectors complete transfers between
-steps); unified instances keep fast-forward.
+Every instance fast-forwards; prefill and decode instances in lockstep with SimPy, since their
+connectors complete transfers between steps (:mod:`sim.engine.fastforward.lockstep`).
 """
 
 from __future__ import annotations
@@ -43,9 +43,12 @@ from sim.frontend.stage import enter, fleet_frontend, leave, no_frontend, with_c
 from sim.io.ingest import make_requests
 from sim.io.results import request_frame
 from sim.kv.base import cdiv
+from sim.kv.hashing import BlockHasher
 from sim.request import Request, Status
 from sim.run.build import build, new_replica
 from workloads.schema import Trace
+
+MEMO = 8192  # requests whose prompt-block keys the cluster's hasher keeps (kv/hashing.py)
 
 
 @dataclass(slots=True)
@@ -66,12 +69,12 @@ class ClusterResult:
 class _Pool:
     """One role's instances behind one routing policy (and its view of their caches)."""
 
-    def __init__(self, idx: list[int], reps: list[Replica], spec: RouterSpec, block_size: int) -> None:
+    def __init__(self, idx: list[int], reps: list[Replica], spec: RouterSpec, hasher: BlockHasher) -> None:
         self.idx, self.reps = idx, reps
         self.choose: Policy = spec.make()
-        self.state = RouterState([1.0] * len(reps), block_size)
+        self.state = RouterState([1.0] * len(reps), hasher.block_size)
         if spec.uses_view:
-            self.state.view = make_view(spec.view, reps, block_size, spec.delay_s)
+            self.state.view = make_view(spec.view, reps, hasher.block_size, spec.delay_s, hasher)
 
     def pick(self, r: Request, now: float) -> int:
         st = self.state
@@ -101,10 +104,14 @@ class ClusterRun:
         if any(i.config.block_size != B for i in spec.instances):
             raise ConfigError("cluster: every instance needs the same block_size (KV moves block by block)")
         roles = [i.role for i in spec.instances]
+        hasher = BlockHasher(B, memo=MEMO)  # one for every instance and view: a prompt is hashed once
+        for rep in self.reps:
+            if isinstance(getattr(rep.kv, "hasher", None), BlockHasher):
+                rep.kv.hasher = hasher  # type: ignore[attr-defined]  # (a paged pool's; a slab has none)
         front = [k for k, r in enumerate(roles) if r in ("unified", "decode")]
-        self.front = _Pool(front, [self.reps[k] for k in front], spec.router, B)
+        self.front = _Pool(front, [self.reps[k] for k in front], spec.router, hasher)
         back = [k for k, r in enumerate(roles) if r == "prefill"]
-        self.back = _Pool(back, [self.reps[k] for k in back], spec.prefill_router, B) if back else None
+        self.back = _Pool(back, [self.reps[k] for k in back], spec.prefill_router, hasher) if back else None
         self.links: dict[tuple[int, int], Link] = {}
         self.sent = make_requests(trace, spec.instances[front[0]].config)  # uid order
         self.fe = fleet_frontend([spec.instances[k].config for k in front])  # the front instances' API servers
@@ -119,8 +126,9 @@ class ClusterRun:
         self.instance = np.full(len(self.reqs), -1, dtype=np.int64)
         self._next = 0
         env.process(self._route())
-        for rep in self.reps:
-            rep.follow_router(self.next_arrival)
+        for k, rep in enumerate(self.reps):  # (lockstep windows keep per-request counts only for a router that reads them)
+            router = spec.prefill_router if roles[k] == "prefill" else spec.router
+            rep.follow_router(self.next_arrival, real_counts=router.reads_request_counts)
 
     def _instance(self, i: int, inst: Instance) -> Replica:
         cfg = inst.config
@@ -187,7 +195,7 @@ class ClusterRun:
 
     def _prefilled(self, clone: Request) -> None:
         """``clone`` finished on its prefill instance: hand the request to its decode instance."""
-        r = self.reqs[clone.uid]
+        r = self.sent[clone.uid]
         p = self.prefill_of[r.uid]
         d = self.decode_of.get(r.uid)
         if d is None:
@@ -213,7 +221,7 @@ class ClusterRun:
                 aborted = self._run_monitored(monitor, checks)
                 failing = monitor.failing(self.env.now) if aborted else ()
         for uid, clone in self.clones.items():  # rejected on its prefill instance: rejected for good
-            r = self.reqs[uid]
+            r = self.sent[uid]
             if clone.status is Status.REJECTED and r.status is not Status.REJECTED:
                 r.status, r.reject_reason, r.reject_detail = Status.REJECTED, clone.reject_reason, clone.reject_detail
                 self.instance[uid] = self.prefill_of[uid]
@@ -224,7 +232,7 @@ class ClusterRun:
     def _ended(self) -> int:
         """Requests ended: finished or rejected, on their decode instance or (a clone) their prefill one."""
         done = sum(r.status in (Status.FINISHED, Status.REJECTED) for r in self.reqs)
-        return done + sum(c.status is Status.REJECTED and self.reqs[u].status is not Status.REJECTED
+        return done + sum(c.status is Status.REJECTED and self.sent[u].status is not Status.REJECTED
                           for u, c in self.clones.items())
 
     def _run_monitored(self, monitor: SloMonitor, checks: int) -> bool:
@@ -269,7 +277,6 @@ class ClusterRun:
                              [i.role for i in self.spec.instances], self.links,
                              {k: c.receiving for k, c in self.receivers.items()},
                              sum(c.blocked for c in self.receivers.values()), self.env.now)
-
 
     def _receiving(self, k: int, at: np.ndarray) -> np.ndarray:
         """Token slots of blocks held by requests waiting for their KV (decode side), at each

@@ -81,8 +81,9 @@ def leading(keys: Sequence[int], held: object) -> int:
 class PreciseView:
     """From KV events (see the module docstring); ``delay_s`` makes it stale."""
 
-    def __init__(self, reps: Sequence[Replica], block_size: int, delay_s: float = 0.0) -> None:
-        self.keys = PromptKeys(BlockHasher(block_size))
+    def __init__(self, reps: Sequence[Replica], block_size: int, delay_s: float = 0.0,
+                 hasher: BlockHasher | None = None) -> None:
+        self.keys = PromptKeys(hasher or BlockHasher(block_size))
         self.delay_s = delay_s
         self._index = {id(r): i for i, r in enumerate(reps)}
         self._logs: list[KvEventLog | None] = [install(r, self.keys.hasher, record=delay_s > 0) for r in reps]
@@ -124,8 +125,8 @@ class ApproximateView:
     replica's KV pool); a routed request's prompt blocks enter it ``delay_s`` later."""
 
     def __init__(self, reps: Sequence[Replica], block_size: int, delay_s: float = 0.0,
-                 capacity: int | None = None) -> None:
-        self.keys = PromptKeys(BlockHasher(block_size))
+                 capacity: int | None = None, hasher: BlockHasher | None = None) -> None:
+        self.keys = PromptKeys(hasher or BlockHasher(block_size))
         self.delay_s = delay_s
         self._index = {id(r): i for i, r in enumerate(reps)}
         self._cap = [capacity or r.kv.usable_blocks for r in reps]
@@ -157,7 +158,9 @@ class ApproximateView:
 VIEWS = ("precise", "approximate")
 
 
-def make_view(kind: str, reps: Sequence[Replica], block_size: int, delay_s: float = 0.0) -> PrefixView:
+def make_view(kind: str, reps: Sequence[Replica], block_size: int, delay_s: float = 0.0,
+              hasher: BlockHasher | None = None) -> PrefixView:
+    """The view ``kind`` of ``reps``' caches; ``hasher``: the fleet's one (else its own)."""
     if kind == "precise":
-        return PreciseView(reps, block_size, delay_s)
-    return ApproximateView(reps, block_size, delay_s)
+        return PreciseView(reps, block_size, delay_s, hasher)
+    return ApproximateView(reps, block_size, delay_s, hasher=hasher)

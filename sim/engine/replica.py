@@ -26,6 +26,7 @@ from typing import Any
 
 import simpy
 
+from sim.engine.fastforward.lockstep import Tick
 from sim.engine.fastforward.ordering import Order, order_of
 from sim.engine.fastforward.pause import Nap
 from sim.engine.fastforward.window import Window, fast_forward
@@ -199,10 +200,15 @@ class Replica(KernelViews, Waits):
         """Fast-forward from here (async: ``flight`` just launched, the next step not planned);
         sleep to where the window ended; return the step then in flight."""
         env, k = self.env, self.kernel
-        pausable = self._routed is not None
-        hint = self._router_next if pausable else self._next_arrival_hint if self._router_next is not None else None
-        window = fast_forward(k, order, env.now, flight, self._pull_due, hint, self.next_own_arrival, pausable,
-                              self._real_counts, self._lazy)
+        c = k.kv.connector
+        if c is not None and c.asynchronous:  # transfers land between steps: sleep through each
+            window = fast_forward(k, order, env.now, flight, self._pull_due, None, self.next_own_arrival,
+                                  real_counts=self._real_counts, lockstep=True)
+        else:
+            pausable = self._routed is not None
+            hint = self._router_next if pausable else self._next_arrival_hint if self._router_next is not None else None
+            window = fast_forward(k, order, env.now, flight, self._pull_due, hint, self.next_own_arrival, pausable,
+                                  self._real_counts, self._lazy)
         if window is None:
             return flight  # nothing in bulk from here
         t, flight = yield from self._drive(window)
@@ -211,16 +217,20 @@ class Replica(KernelViews, Waits):
                 self.on_progress(self)
             yield from sleep_until(env, t) if flight is not None else self._idle_from(t)
             if self.check:
-                k.kv.check(k.sched.running)
+                k.kv.check(k.sched.kv_holders())
         return flight
 
     def _drive(self, window: Window) -> Generator[simpy.Event, Any, tuple[float, InFlight | None]]:
         """Run a fast-forward window; while it waits for the router (at the router's next
-        arrival), wait on the router's ``routed`` event."""
+        arrival), wait on the router's ``routed`` event; through a lockstep window's step, on
+        the timeout the exact loop yields."""
         try:
             ask = next(window)
             while True:
-                if ask.__class__ is Nap:
+                if ask.__class__ is Tick:
+                    yield self.env.timeout(ask.dt)
+                    ask = window.send(self.env.now)
+                elif ask.__class__ is Nap:
                     yield from self._nap(ask)
                     ask = window.send(self.env.now)
                 else:
@@ -242,7 +252,7 @@ class Replica(KernelViews, Waits):
     def _stepped(self) -> None:
         """After each exact step: invariant check and the callbacks."""
         if self.check:
-            self.kernel.kv.check(self.kernel.sched.running)
+            self.kernel.kv.check(self.kernel.sched.kv_holders())
         if self.on_step:
             self.on_step(self)
         if self.on_progress:

@@ -24,8 +24,8 @@ kvsim has no worker process: what vLLM's worker-side connector does (``start_loa
 step-time term here -- a synchronous load is charged to the admitting step as swap-in blocks
 (the step-cost model's PCIe term), stores are free (overlapped with compute, as vLLM's async
 offload stores). A connector whose loads or frees complete *between* steps
-(``asynchronous``) is polled once per scheduled step, so such runs take every step exactly
-(fast-forward windows apply many steps without scheduling each).
+(``asynchronous``) is polled once per scheduled step, and its engine fast-forwards in lockstep
+with SimPy, one timeout per step as exact steps (:mod:`sim.engine.fastforward.lockstep`).
 
 The first implementation is the CPU offload tier (:mod:`sim.kv.offload`).
 """
@@ -79,7 +79,7 @@ class KvConnector(Protocol):
     """External KV as the scheduler and the allocator see it (see the module docstring)."""
 
     #: True when loads or frees complete between steps (``get_finished``): the scheduler polls
-    #: the connector every step and the run is not fast-forwarded.
+    #: the connector every step and fast-forward windows sleep through each step they apply.
     asynchronous: bool
 
     def get_num_new_matched_tokens(self, req: Request, num_computed_tokens: int) -> tuple[int, bool]:

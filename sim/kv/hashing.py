@@ -7,6 +7,12 @@ samples); every other block -- generated tokens, or a prompt with no content -- 
 the request and gets an arithmetic key that needs no hashing and can never collide::
 
     key(uid, j) = -(uid * UNIQUE_BASE + j + 1)      < 0;  interned content keys are > 0
+
+A prompt named by hash ids whose span is a whole number of blocks is keyed per hash id (one
+intern per id) and per block arithmetically, in a range of its own (``HASH_IDS``)::
+
+    H(h)   = intern(("h", H(h - 1), id[h], tokens_per_hash))
+    key(j) = HASH_IDS + H(j // bph) * 2**16 + j % bph        (bph = tokens_per_hash // B)
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from sim.kv.block_table import BlockTable
 from sim.request import Request
 
 UNIQUE_BASE = 1 << 24  # blocks per request addressable by the unique-content keys
+HASH_IDS = 1 << 48  # keys of blocks named by hash ids (BlockHasher._hash_ids) start here, above interned ones
 
 
 def unique_key(uid: int, j: int) -> int:
@@ -34,38 +41,87 @@ def shared_prefix_blocks(req: Request, block_size: int) -> int:
 
 
 class BlockHasher:
-    """Interns ``(parent, content)`` pairs; one per pool, so keys are comparable within it."""
+    """Interns ``(parent, content)`` pairs; one per pool, so keys are comparable within it.
 
-    __slots__ = ("_intern", "block_size")
+    A cluster shares one among its instances and its routers' views (:mod:`sim.cluster`), with a
+    ``memo`` of the last ``memo`` requests' chains by uid: a request's prompt is then hashed once,
+    not on its prefill instance, its decode instance and in the router's view again (a uid
+    names one request, whose prefill-side clone has the same content)."""
 
-    def __init__(self, block_size: int) -> None:
+    __slots__ = ("_intern", "_memo", "_memo_cap", "block_size")
+
+    def __init__(self, block_size: int, memo: int = 0) -> None:
         self.block_size = block_size
         self._intern: dict[tuple[object, ...], int] = {}
+        self._memo: dict[int, list[int]] | None = {} if memo > 0 else None
+        self._memo_cap = memo
 
     def key(self, req: Request, table: BlockTable, j: int) -> int:
         """Content key of logical block ``j``, computing the chain up to it if needed."""
         hashes = table.hashes
-        while len(hashes) <= j:
-            hashes.append(self._key(req, hashes, len(hashes)))
+        if len(hashes) <= j:
+            self.extend(req, hashes, j + 1)
         return hashes[j]
 
-    def _key(self, req: Request, hashes: list[int], j: int) -> int:
-        B = self.block_size
-        c = req.content
-        if c is None or (j + 1) * B > content_tokens(req):
-            return unique_key(req.uid, j)
-        kind = c[0]  # type: ignore[index]
-        if kind == "ids":
-            content: object = c[1][j * B:(j + 1) * B]  # type: ignore[index]
-        elif kind == "hash":
-            tph = c[2]  # type: ignore[index]
-            h0, h1 = j * B // tph, ((j + 1) * B - 1) // tph
-            content = (c[1][h0:h1 + 1], j * B - h0 * tph)  # type: ignore[index]
-        else:  # ("shared", key): fanned-out samples share their prompt
-            content = (c[1], j)  # type: ignore[index]
+    def extend(self, req: Request, hashes: list[int], upto: int) -> None:
+        """Append the keys of blocks ``len(hashes) .. upto - 1`` (one loop: a long prompt's
+        chain is the hot path of prefix caching on content traces)."""
+        B, c, j = self.block_size, req.content, len(hashes)
+        memo = self._memo
+        if memo is not None:
+            m = memo.get(req.uid)
+            if m is not None and m is not hashes and len(m) > j:
+                hashes.extend(m[j:upto])  # (append-only lists: a prefix never changes)
+                j = len(hashes)
+                if j >= upto:
+                    return
+        shared = min(upto, content_tokens(req) // B) if c is not None else j
+        intern = self._intern
+        kind = c[0] if c is not None else None  # type: ignore[index]  # (content: a tagged tuple)
         parent = hashes[j - 1] if j else 0
-        key = (parent, content)
-        v = self._intern.get(key)
-        if v is None:
-            v = self._intern[key] = len(self._intern) + 1
-        return v
+        if kind == "hash" and not c[2] % B and c[2] // B < 1 << 16:  # type: ignore[index]
+            j = self._hash_ids(c, hashes, j, shared)  # type: ignore[arg-type]
+        while j < shared:
+            if kind == "ids":
+                content: object = c[1][j * B:(j + 1) * B]  # type: ignore[index]
+            elif kind == "hash":
+                tph = c[2]  # type: ignore[index]
+                h0, h1 = j * B // tph, ((j + 1) * B - 1) // tph
+                content = (c[1][h0:h1 + 1], j * B - h0 * tph)  # type: ignore[index]
+            else:  # ("shared", key): fanned-out samples share their prompt
+                content = (c[1], j)  # type: ignore[index]
+            key = (parent, content)
+            v = intern.get(key)
+            if v is None:
+                v = intern[key] = len(intern) + 1
+            hashes.append(v)
+            parent, j = v, j + 1
+        while j < upto:  # past the content: unique to the request
+            hashes.append(unique_key(req.uid, j))
+            j += 1
+        if memo is not None and memo.get(req.uid) is not hashes:
+            memo[req.uid] = hashes
+            if len(memo) > self._memo_cap:
+                del memo[next(iter(memo))]  # the oldest request's chain
+
+    def _hash_ids(self, c: tuple[str, tuple[int, ...], int], hashes: list[int], j: int, upto: int) -> int:
+        """Keys of a prompt named by hash ids of ``tph`` tokens each, ``tph`` a multiple of the
+        block size (Mooncake: 512): one interned key ``H`` per hash id, chained over the ids,
+        and each block's key ``HASH_IDS + H * 2**16 + i`` (block ``i`` of that id) --
+        arithmetic, as equal as the per-block chain (same ids, same position), one intern
+        per ``tph // B`` blocks. Returns the next block to key."""
+        _, ids, tph = c
+        bph, intern = tph // self.block_size, self._intern
+        H = (hashes[j - 1] - HASH_IDS) >> 16 if j else 0
+        while j < upto:
+            h, i = divmod(j, bph)
+            if not i:
+                key = ("h", H, ids[h], tph)
+                H = intern.get(key)  # type: ignore[assignment]
+                if H is None:
+                    H = intern[key] = len(intern) + 1
+            n = min(bph - i, upto - j)
+            base = HASH_IDS + (H << 16)
+            hashes.extend(range(base + i, base + i + n))
+            j += n
+        return j

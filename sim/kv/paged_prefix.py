@@ -159,10 +159,13 @@ class PrefixRegistration:
                 bh[b] = key
             return
         shared_upto = shared_prefix_blocks(req, self.block_size)
+        hashes = table.hashes
+        if len(hashes) < min(full, shared_upto):  # the content keys, computed in one loop
+            self.hasher.extend(req, hashes, min(full, shared_upto))
         for j in range(j0, full):
             b = blocks[j]
             if bh[b] is None:  # == pool.cache_block(b, key), inlined (prompt registration)
-                key = bh[b] = unique0 - j if j >= shared_upto else self.hasher.key(req, table, j)
+                key = bh[b] = unique0 - j if j >= shared_upto else hashes[j]
                 if key in cache:
                     pool.dups.setdefault(key, []).append(b)
                 else:

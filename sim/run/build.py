@@ -129,9 +129,8 @@ def new_replica(env: simpy.Environment, cfg: SimConfig, *, parts: Components | N
     kernel = StepKernel(sched, kv, cost, block_bytes=budget.bytes_per_block)
     exact = cfg.exact_steps if exact_steps is None else exact_steps
     # windows free blocks mid-decode, or a paged pool offers no bulk-decode view: no fast-forward
-    # or a KV connector completes transfers between steps (polled per scheduled step): no fast-forward
-    exact = exact or kv.allocates_every_step or (kv.paged and kv.decode_blocks is None) \
-        or (kv.connector is not None and kv.connector.asynchronous)
+    # (a KV connector that completes transfers between steps gets lockstep windows: replica.py)
+    exact = exact or kv.allocates_every_step or (kv.paged and kv.decode_blocks is None)
     return Replica(env, kernel, exact_steps=exact,
                    check=check, reject=rejecter(budget, kv, sched), on_step=on_step,
                    on_progress=on_progress)

@@ -42,7 +42,7 @@ def probe(kv: KvAllocator, connector: KvConnector | None, r: Request) -> PrefixH
 class Transfers:
     """Requests a connector holds between steps (none without an asynchronous connector)."""
 
-    __slots__ = ("_loading", "kv", "params", "received", "sending")
+    __slots__ = ("_loading", "kv", "params", "polled", "received", "sending")
 
     def __init__(self, kv: KvAllocator) -> None:
         self.kv = kv
@@ -50,6 +50,7 @@ class Transfers:
         self.sending: dict[int, Request] = {}    # finished requests whose blocks the connector holds
         self.params: dict[int, dict[str, Any]] = {}  # uid -> kv_transfer_params from request_finished
         self._loading = 0
+        self.polled = False  # a lockstep window polled for the step the exact loop plans next
 
     @property
     def connector(self) -> KvConnector | None:
@@ -61,6 +62,9 @@ class Transfers:
         what was received."""
         c = self.kv.connector
         if c is None or not c.asynchronous:
+            return
+        if self.polled:  # by a window that then handed the step back (sim/engine/fastforward/lockstep.py)
+            self.polled = False
             return
         sent, recv = c.get_finished(now)
         for uid in sent:
@@ -106,5 +110,8 @@ class Transfers:
         self.kv.free(r)
 
     def holders(self, running: list[Request], waiting: Any) -> list[Request]:
-        """Every request holding KV blocks: running, waiting for a load, being sent."""
-        return [*running, *(r for r in waiting if r.status is REMOTE), *self.sending.values()]
+        """Every request holding KV blocks: running, waiting for a load or back from one (its
+        blocks held while the queue waits), being sent."""
+        kv = self.kv
+        return [*running, *(r for r in waiting if r.status is REMOTE or (r.num_computed_tokens and kv.num_held_blocks(r))),
+                *self.sending.values()]

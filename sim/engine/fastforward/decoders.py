@@ -35,6 +35,29 @@ def join(r: Request, finish_at: int, fin: dict[int, list[Request]], ends: list[i
     return len(r.kv.blocks)
 
 
+def join_planned(plan: StepPlan, end: float, lag: int, s1: int, fin: dict[int, list[Request]], ends: list[int],
+                 buckets: list[list[Request]], paged: bool, partial: set[int]) -> tuple[int, int, int, Request | None]:
+    """The requests window step ``s1`` scheduled (admissions, a chunked prefill's chunk) advance;
+    those whose prefill completes join the decoders at virtual ``c0 = computed - s1``. Returns
+    (their c0 sum, how many joined, their pages, the chunked prefill that remains or None)."""
+    c0, n_in, pages, part = 0, 0, 0, None
+    for r, n in plan.scheduled:
+        if r.advance(n, end):
+            if lag:
+                r.pending_output = 1
+            left = r.output_tokens - r.num_output
+            r.num_computed_tokens -= s1
+            r.num_output -= s1
+            r.num_tokens -= s1
+            c0 += r.num_computed_tokens
+            n_in += 1
+            pages += join(r, s1 + left, fin, ends, buckets, paged)
+        else:
+            partial.add(r.uid)  # a chunked prefill remains: the window carries one on
+            part = r
+    return c0, n_in, pages, part
+
+
 def index(running: list[Request], part: Request | None, fin: dict[int, list[Request]], ends: list[int],
           buckets: list[list[Request]], paged: bool) -> tuple[int, int, int]:
     """Index the decoders of ``running`` (async: not one whose last token is in flight, nor the

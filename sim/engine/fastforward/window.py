@@ -36,8 +36,9 @@ import math
 
 from sim.engine.fastforward import decoders as dec
 from sim.engine.fastforward.chunked import carried, next_chunk
-from sim.engine.fastforward.decoders import boundary, by_seq, index, join, nearest, uids
+from sim.engine.fastforward.decoders import boundary, by_seq, index, join_planned, nearest, uids
 from sim.engine.fastforward.handover import close, hand_over
+from sim.engine.fastforward.lockstep import Polls, tick
 from sim.engine.fastforward.ordering import Order
 from sim.engine.fastforward.pause import Pausing, pause
 from sim.engine.fastforward.preempt import preempt_pass, supported, victims
@@ -53,7 +54,8 @@ PROGRESS_EVERY = 2048  # records a window appends between calls of the replica's
 
 def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None, pull_due: Pull,
                  next_arrival: NextArrival | None = None, next_due: NextArrival | None = None,
-                 pausable: bool = False, real_counts: bool = True, lazy: bool = False) -> Window | None:
+                 pausable: bool = False, real_counts: bool = True, lazy: bool = False,
+                 lockstep: bool = False) -> Window | None:
     """The window that runs as many steps as can be done in bulk, returning ``(time, step in
     flight)`` at the end (None: none can be). A generator: when ``pausable`` it yields the
     times to sleep until while a router acts (the replica drives it, one generator deep).
@@ -66,6 +68,7 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     arrival) lets quiet steps skip the admission pass. ``next_arrival`` is a live router's next
     arrival (it reads the replica then): pausable, the window waits there; else, sync, the step
     is handed to the exact loop as ``k.pending``, and async the window stops before planning.
+    ``lockstep``: it sleeps through each step it applies (:mod:`~sim.engine.fastforward.lockstep`).
 
     Not in bulk: paper-v0's prefill-only steps, swapped requests waiting, and speculative
     decoding (decoders advance by their accepted drafts, not in lockstep).
@@ -76,12 +79,13 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     ok, part = carried(sched.running, order.decoding)
     if not ok:
         return None
-    return _window(k, order.lag, t, flight, pull_due, next_arrival, next_due, pausable, real_counts, part, lazy)
+    polls = Polls(k) if lockstep else None
+    return _window(k, order.lag, t, flight, pull_due, next_arrival, next_due, pausable, real_counts, part, lazy, polls)
 
 
 def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pull,
             next_arrival: NextArrival | None, next_due: NextArrival | None, pausable: bool,
-            real_counts: bool, part: Request | None, lazy: bool) -> Window:
+            real_counts: bool, part: Request | None, lazy: bool, polls: Polls | None) -> Window:
     sched, kv = k.sched, k.kv
     running, waiting = sched.running, sched.waiting
     max_batched, max_seqs, seqs = sched.max_num_batched_tokens, sched.max_num_seqs, sched.seq_margin
@@ -90,8 +94,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     blocks = k.decode_blocks  # None: a slab, no blocks to hand out mid-window
     paged = blocks is not None
     B, page, caching = kv.block_size, k.page_size, k.caching
-    cross = blocks.cross_boundary if blocks is not None else None
-    pool = blocks.pool if blocks is not None else None
+    cross, pool = (blocks.cross_boundary, blocks.pool) if blocks is not None else (None, None)
     fq = pool.free_queue if pool is not None else None  # read directly (== kv.num_free_blocks)
     margin = kv.headroom  # the decoders' block checks, noted as their allocations would be
     register = blocks.register_decoded_blocks if blocks is not None and caching else None
@@ -105,7 +108,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     quiet, due = next_due is not None, next_due() if next_due is not None else 0.0  # (the own inbox's)
     held: int | None = None  # truthy: no admission can run until a pull or a non-quiet step (2: nor a run)
     head: Request | None = None
-    qnw, s, dt, log, progress, dec_time, dec_n = 0, 0, 0.0, k.log, k.progress, k.decode_time(decoders), decoders
+    qnw, s, dt, log, progress, dec_time, dec_n, busy = 0, 0, 0.0, k.log, k.progress, k.decode_time(decoders), decoders, False
     na = next_arrival() if next_arrival is not None else math.inf  # no submission until the window ends
     landing, p_done = f is not None, NONE  # the step launched, not landed (p_*): async starts with f
     if f is not None:
@@ -119,14 +122,18 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     runs = QuietRuns(k, lag, buckets, (usable, nulls), register, cross,  # type: ignore[arg-type]
                      Pausing(running, next_arrival, next_due, real_counts, lazy)  # type: ignore[arg-type]
                      if pausable else None) \
-        if lin is not None and quiet and cross is not None else None
-    quick = bind(k, lag, buckets, fin, ends, register, lin, runs.min_run if runs is not None else -1, pausable, pull_due, next_due)
+        if lin is not None and quiet and cross is not None and polls is None else None
+    quick = None if polls is not None else bind(  # (lockstep: one step at a time; busy: a poll wants the pass)
+        k, lag, buckets, fin, ends, register, lin, runs.min_run if runs is not None else -1, pausable, pull_due, next_due)
     while decoders:
         s1 = s + 1
         if progress is not None and len(log) >= cap:  # a long window drains its records (bounded memory)
             progress()  # type: ignore[misc]
             cap = len(log) + PROGRESS_EVERY
         bucket = buckets[s1 % B] if paged else []
+        if polls is not None:  # first, as Scheduler.schedule (a step then handed back is not polled twice)
+            busy = polls(p_start if lag else t, s1)
+            held = None if busy else held
         slack = (fq.size if fq is not None else kv.num_free_blocks) - len(bucket)
         out = None  # the running pass's victims when this step preempts
         if decoders > max_batched or (slack < 0 and (
@@ -137,11 +144,10 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             margin.pass_min = slack  # the decoders' block checks (== margin.note), inline
         plan_t = p_start if lag else t  # async: planned while the step in flight runs
         if t >= na and not (lag and pausable):  # (async, pausable: it waits after the plan below)
-            # sync: a router may submit before this step starts; async: the step in flight ends at
-            # or after the router's next arrival, which reads the replica mid-flight (step s
-            # running, s1 planned): let SimPy run it, the exact loop plans s1
+            # sync: a router may submit before this step starts; async: the step in flight ends at or after
+            # the router's next arrival, which reads it mid-flight: let SimPy run it, the exact loop plans s1
             break
-        if quiet and s1 not in fin and not (landing and p_done) and part is None and out is None:
+        if quiet and s1 not in fin and not (landing and p_done) and part is None and out is None and not busy:
             # ---- a quiet step: nothing finishes, nothing is freed, and no admission can run ----
             if due <= plan_t:  # an arrival is due: pull it (it may change what admission sees)
                 pull_due(plan_t)
@@ -181,6 +187,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                         return t, None
                     na = yield from pause(k, running, s, (), end, na, next_arrival, real_counts)  # type: ignore[arg-type]
                     due, held = next_due() if quiet else due, True  # type: ignore[misc]
+                elif polls is not None:  # the step in flight (async: step s; sync: s1)
+                    due = yield from tick(k, running, s, (), p_dt if lag else dt, real_counts, next_due)  # type: ignore[arg-type]
                 free_blocks = fq.size if fq is not None else kv.num_free_blocks
                 shared = pool.shared_excess if pool is not None else kv.shared_excess
                 comp = ctx - decoders if lag else ctx  # token states held when the record is taken
@@ -236,6 +244,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         if lag and pausable and t >= na:  # async: step s (in flight) straddles the router's arrival
             na = yield from pause(k, running, s, uids(plan) | {r.uid for r in p_done}, t, na, next_arrival, real_counts)  # type: ignore[arg-type]
             due = next_due() if quiet else due  # type: ignore[misc]
+        elif lag and polls is not None and landing:  # lockstep: sleep through step s (in flight)
+            due = yield from tick(k, running, s, uids(plan) | {r.uid for r in p_done}, p_dt, real_counts, next_due)  # type: ignore[arg-type]
         if landing:  # async: step s lands at t, after step s1 was planned
             extra = k.computed_of(plan.scheduled) if plan is not None else 0
             land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s + extra, nw)
@@ -261,22 +271,11 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 return t, None
             na = yield from pause(k, running, s, uids(plan), end, na, next_arrival, real_counts)  # type: ignore[arg-type]
             due = next_due() if quiet else due  # type: ignore[misc]
-        if plan is not None:
-            part = None
-            for r, n in plan.scheduled:
-                if r.advance(n, end):
-                    if lag:
-                        r.pending_output = 1
-                    left = r.output_tokens - r.num_output
-                    r.num_computed_tokens -= s1  # join the decoders at virtual c0 = computed - s1
-                    r.num_output -= s1
-                    r.num_tokens -= s1
-                    c0_sum += r.num_computed_tokens
-                    decoders += 1
-                    pages += join(r, s1 + left, fin, ends, buckets, paged)
-                else:
-                    partial.add(r.uid)  # a chunked prefill remains: the window carries one on
-                    part = r
+        elif not lag and polls is not None:  # lockstep: sleep through step s1
+            due = yield from tick(k, running, s, uids(plan), dt, real_counts, next_due)  # type: ignore[arg-type]
+        if plan is not None:  # its requests advance; a completed prefill joins the decoders
+            c0_in, n_in, pages_in, part = join_planned(plan, end, lag, s1, fin, ends, buckets, paged, partial)
+            c0_sum, decoders, pages = c0_sum + c0_in, decoders + n_in, pages + pages_in
         s = s1
         done = fin.pop(s1, NONE)
         if done:  # sampled their last token: out of the decoders, real counts (in running order)
@@ -292,6 +291,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             landing, keep = False, keep and not done
             due = next_due() if done and quiet else due  # type: ignore[misc]  # (as above)
         held = True if keep else None
+    if polls is not None:
+        polls.handed_back(s)
     if not s:
         return t if f is None else f.start, f
     return close(k, lag, running, s, partial | {r.uid for r in p_done} if landing else partial,
