@@ -61,3 +61,29 @@ def test_bad_cluster_files_are_one_error_line(tmp_path: Path, patch, needle: str
     lines = res.output.strip().splitlines()
     assert res.exit_code == 2 and len(lines) == 1, res.output
     assert lines[0].startswith("error: ") and needle in lines[0], res.output
+
+
+def test_a_unified_cluster_summary_sets_its_hit_rate_between_the_fleet_bounds(tmp_path: Path) -> None:
+    """The summary places the run's prefix hit rate among what the trace allows (issue 50 item 7):
+    per-replica LRUs and one shared LRU (not ordered in general: partitions keep each replica's
+    own recent blocks) at most the unbounded reuse, and so the routed run; a P/D cluster
+    (prefill and decode hits differ in kind) gets none."""
+    import pandas as pd
+
+    src = Path(__file__).resolve().parents[1] / "workloads" / "data" / "mooncake_conv_slice.jsonl"
+    head = tmp_path / "mc.jsonl"
+    head.write_text("".join(src.read_text().splitlines(keepends=True)[:200]))
+    uni = {"router": "kv-aware", "defaults": {"cost_model": "roofline", "max_model_len": 131072},
+           "instances": [{"name": "r", "role": "unified", "count": 3}]}
+    out = tmp_path / "uni"
+    res = runner.invoke(cli_main.app, ["simulate", "--cluster", write(tmp_path, uni), str(head), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    s = json.loads((out / "cluster.json").read_text())
+    b = s["prefix_bounds"]
+    assert 0 < b["per_replica"] <= b["unbounded"] < 1 and 0 < b["shared"] <= b["unbounded"]
+    assert 0 < s["prefix_hit_rate"] <= b["unbounded"]
+    assert "the trace allows" in " ".join(res.output.split())
+    assert len(pd.read_parquet(out / "requests.parquet")) == 200
+    pd_out = tmp_path / "pd"
+    res = runner.invoke(cli_main.app, ["simulate", "--cluster", write(tmp_path, PD), "--out", str(pd_out)])
+    assert res.exit_code == 0 and json.loads((pd_out / "cluster.json").read_text())["prefix_bounds"] is None

@@ -102,6 +102,25 @@ def cluster_json(spec: ClusterSpec, res: ClusterResult, sim_s: float,
             "simulated_s": res.end_s, "sim_wall_s": round(sim_s, 4), "warnings": warnings or []}
 
 
+def prefix_bounds(spec: ClusterSpec, tr: Trace) -> dict[str, float] | None:
+    """Where a unified fleet's prefix hit rate can fall (:func:`sim.cluster.whatif.fleet_prefix_bounds`,
+    per-replica caches of the first instance's KV pool): None for P/D, or a trace without prompt
+    content (nothing can hit)."""
+    from sim.cli.simulate import has_prefix_info
+    from sim.cluster.whatif import fleet_prefix_bounds
+    from sim.run.build import build
+
+    cfg = spec.instances[0].config
+    if spec.disaggregated or not has_prefix_info(tr):
+        return None
+    kv = build(cfg).kv
+    if not kv.paged or not kv.enable_caching:
+        return None
+    tokens = kv.usable_blocks * cfg.block_size
+    b = fleet_prefix_bounds(tr, len(spec.instances), tokens, cfg)
+    return {k: getattr(b, k).hit_rate for k in ("per_replica", "shared", "unbounded")}
+
+
 def override_lines(spec: ClusterSpec) -> list[str]:
     """One line per instance entry whose own config changed what the command line / defaults set."""
     out, seen = [], set()
@@ -136,6 +155,7 @@ def simulate_cluster(cluster: Path, tr: Trace, out: Path, keys: dict[str, Any] |
     rows = instance_loads(res.requests, res.steps, res.names, res.roles, res.end_s)
     warnings = balance_warnings(rows)
     summary = cluster_json(spec, res, sim_s, rows, warnings)
+    summary["prefix_bounds"] = prefix_bounds(spec, tr)
     (out / "cluster.json").write_text(json.dumps(summary, indent=2, default=str))
     ttft_breakdown(res.requests, f"TTFT breakdown: {cluster.name} on {tr.path.split('/')[-1]}").savefig(
         out / "ttft_breakdown.png", dpi=120)

@@ -30,7 +30,10 @@ def _fleet(name: str, spec: ClusterSpec, s: dict[str, Any]) -> Table:
     t.add_row("load (offered vs served)", _verdict(Load(**s["load"])))
     t.add_row("TTFT p50/p90/p99", fmt.durations((s["ttft_p50_s"], s["ttft_p90_s"], s["ttft_p99_s"])))
     t.add_row("TPOT p99", fmt.duration(s["tpot_p99_s"]))
-    t.add_row("prefix cache hit rate", f"{100 * s['prefix_hit_rate']:.1f}%")
+    b = s.get("prefix_bounds")
+    t.add_row("prefix cache hit rate", f"{100 * s['prefix_hit_rate']:.1f}%" + (
+        "" if not b else f" (the trace allows: {100 * b['per_replica']:.1f}% with per-replica LRUs under round-robin, "
+        f"{100 * b['shared']:.1f}% with one shared LRU of the fleet's size, {100 * b['unbounded']:.1f}% unbounded)"))
     if spec.disaggregated:
         t.add_row("KV transfer p99 / decode KV wait p99", fmt.durations((s["transfer_p99_s"], s["kv_wait_p99_s"])))
         t.add_row("pulls that waited for decode KV blocks", f"{s['decode_kv_blocked']:,}")

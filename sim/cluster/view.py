@@ -59,7 +59,8 @@ class PromptKeys:
         if req.uid != self._uid:
             B = self.hasher.block_size
             table = BlockTable()  # scratch: never the request's own handle
-            self._keys = [self.hasher.key(req, table, j) for j in range(shared_prefix_blocks(req, B))]
+            self.hasher.extend(req, table.hashes, shared_prefix_blocks(req, B))
+            self._keys = table.hashes
             self._uid = req.uid
         return self._keys
 
