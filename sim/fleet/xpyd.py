@@ -10,16 +10,25 @@ threshold, DistServe's definition) is at least ``attainment``; per GPU-dollar it
 the p90 TTFT, ``decode-kv-receive`` when some pulls waited for free decode blocks while the
 decode pool was short (``seq-cap`` when its batch was full instead).
 
-Caveats (also in reports/disaggregation.md): rates on a grid (factor 2 apart), not a bisection;
-one seed; link latencies are unverified estimates; prefill instances run with their own
-default batch limits; the step-cost model of the GPU applies to both roles.
+Every candidate, unified and each split, searches the same knob grid as ``plan --disagg``
+(:mod:`sim.fleet.tuning`: ``max_num_batched_tokens`` in {2,048, 8,192} x ``max_num_seqs`` in
+{default, 2x}, applied to every instance of both roles): a split measured at its best knobs
+against a unified fleet at vLLM's defaults overstates the split (issue 50). A candidate's
+goodput is the best over its settings, and its row names the winning setting and the goodput
+at the defaults beside it.
 
-    python -m sim.fleet.xpyd TRACE --model llama-3.1-8b --gpu h200 --gpus 4 [--out DIR]
+Caveats (also in reports/disaggregation.md): rates on a grid (``--rates``), not a bisection;
+one seed; link latencies are unverified estimates; both roles share one knob setting; the
+step-cost model of the GPU applies to both roles.
+
+    python -m sim.fleet.xpyd TRACE --model llama-3.1-8b --gpu h200 --gpus 4 [--out CSV] [--grid-out CSV]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +40,11 @@ import pandas as pd
 from sim.cluster.disagg import ClusterResult, run_cluster
 from sim.cluster.spec import parse_cluster
 from sim.config.schema import make_config
+from sim.errors import ConfigError
 from sim.fleet.binding import SHARE, decode_pressure
+from sim.fleet.tuning import tuned_knobs
 from sim.fleet.workload import scale_rate, to_trace
+from sim.fleet.xpyd_table import markdown
 from sim.model.catalog import resolve_gpu
 from sim.run.static import static_parts
 from workloads import load_trace
@@ -96,41 +108,106 @@ def binding(res: ClusterResult, slo: SloPair, max_num_seqs: int = 1 << 30) -> st
     return "ttft" if ttft_ok <= tpot_ok else "tpot"
 
 
-def study(trace: Trace, base: dict[str, Any], n: int, slos: Sequence[SloPair], rates: Sequence[float],
-          link: str = "rdma-ndr", router: str = "kv-aware", threshold: int = 0) -> pd.DataFrame:
-    """One row per (candidate, SLO): goodput (rate factor x the trace's rate), per GPU-dollar,
-    the TTFT breakdown at the goodput rate and the binding constraint just above it."""
+def knob_grid(base: dict[str, Any], knobs: dict[str, list[Any]] | None = None) -> list[dict[str, int]]:
+    """The batch-limit settings every candidate searches: ``plan --disagg``'s grid
+    (:func:`sim.fleet.tuning.tuned_knobs`), one dict per (max_num_batched_tokens, max_num_seqs)."""
+    grid = tuned_knobs(base, knobs or {}, str(base.get("gpu", "h100")))
+    return [{"max_num_batched_tokens": int(t), "max_num_seqs": int(s)}
+            for t, s in itertools.product(grid["max_num_batched_tokens"], grid["max_num_seqs"])]
+
+
+def _runs(trace: Trace, cluster: dict[str, Any], slos: Sequence[SloPair], rates: Sequence[float]
+          ) -> list[tuple[float, ClusterResult]]:
+    """The runs at increasing rates, stopping once every SLO has failed at some rate (a higher
+    rate cannot change any goodput: it is the highest rate below the first failure)."""
+    runs, failed = [], set()
+    for f in rates:
+        res = run_cluster(parse_cluster(cluster), to_trace(scale_rate(trace.df, f)))
+        runs.append((f, res))
+        failed |= {s.name for s in slos if attainment(res.requests, s) < s.attainment}
+        if len(failed) == len(slos):
+            break
+    return runs
+
+
+def _row(runs: list[tuple[float, ClusterResult]], slo: SloPair, mns: int, qps_per_factor: float,
+         usd_h: float) -> dict[str, Any]:
+    """One (candidate, knobs, SLO) row: goodput, per GPU-dollar, the TTFT parts at the goodput
+    rate, the binding label and joint attainment at the first failing rate (the tie-break)."""
+    best, best_res, fail, above = 0.0, None, "", 1.0
+    for f, res in runs:
+        att = attainment(res.requests, slo)
+        if att >= slo.attainment:
+            best, best_res = f, res
+        else:
+            fail, above = binding(res, slo, mns), att
+            break
+    qps = best * qps_per_factor
+    row: dict[str, Any] = {"goodput_qps": qps, "requests_per_gpu_dollar": qps * 3600 / usd_h,
+                           "binding": fail or "none in grid", "attainment_above": above}
+    if best_res is not None:
+        ok = best_res.requests[best_res.requests["status"] == "finished"]
+        row.update(ttft_p90_s=ok["ttft_s"].quantile(0.9), tpot_p90_s=ok["tpot_s"].quantile(0.9),
+                   transfer_p90_s=ok["transfer_s"].quantile(0.9) if ok["transfer_s"].notna().any() else 0.0,
+                   kv_wait_p90_s=ok["kv_wait_s"].quantile(0.9) if ok["kv_wait_s"].notna().any() else 0.0)
+    return row
+
+
+def search(trace: Trace, base: dict[str, Any], n: int, slos: Sequence[SloPair], rates: Sequence[float],
+           link: str = "rdma-ndr", router: str = "kv-aware", threshold: int = 0,
+           knobs: dict[str, list[Any]] | None = None) -> pd.DataFrame:
+    """One row per (candidate, knob setting, SLO): every candidate, unified and each split, runs
+    the same :func:`knob_grid` (the knobs apply to every instance of both roles)."""
     gpu = resolve_gpu(str(base.get("gpu", "h100")))
-    tp = int(base.get("tensor_parallel_size", 1))
-    base_rate = (len(trace.df) - 1) / float(trace.df["arrival_s"].iloc[-1] - trace.df["arrival_s"].iloc[0])
-    mns = static_parts(make_config("study", **base))[1].max_num_seqs
+    usd_h = n * int(base.get("tensor_parallel_size", 1)) * gpu.price.typical
+    qps_per_factor = (len(trace.df) - 1) / float(trace.df["arrival_s"].iloc[-1] - trace.df["arrival_s"].iloc[0])
     rows = []
     for x, y in splits(n):
-        runs = []
-        for f in rates:
-            res = run_cluster(parse_cluster(cluster_for(x, y, base, link, router, threshold)),
-                              to_trace(scale_rate(trace.df, f)))
-            runs.append((f, res))
-        for slo in slos:
-            best, best_res, fail = 0.0, None, ""
-            for f, res in runs:
-                if attainment(res.requests, slo) >= slo.attainment:
-                    best, best_res = f, res
-                else:
-                    fail = binding(res, slo, mns)
-                    break
-            qps = best * base_rate
-            usd_h = n * tp * gpu.price.typical
-            row: dict[str, Any] = {"candidate": "unified" if x == 0 else f"{x}P{y}D", "slo": slo.name,
-                                   "goodput_qps": qps, "requests_per_gpu_dollar": qps * 3600 / usd_h,
-                                   "binding": fail or "none in grid"}
-            if best_res is not None:
-                ok = best_res.requests[best_res.requests["status"] == "finished"]
-                row.update(ttft_p90_s=ok["ttft_s"].quantile(0.9), tpot_p90_s=ok["tpot_s"].quantile(0.9),
-                           transfer_p90_s=ok["transfer_s"].quantile(0.9) if ok["transfer_s"].notna().any() else 0.0,
-                           kv_wait_p90_s=ok["kv_wait_s"].quantile(0.9) if ok["kv_wait_s"].notna().any() else 0.0)
-            rows.append(row)
+        for kn in knob_grid(base, knobs):
+            runs = _runs(trace, cluster_for(x, y, base | kn, link, router, threshold), slos, rates)
+            for slo in slos:
+                rows.append({"candidate": "unified" if x == 0 else f"{x}P{y}D", "slo": slo.name, **kn,
+                             **_row(runs, slo, kn["max_num_seqs"], qps_per_factor, usd_h),
+                             "lowest_qps": min(rates) * qps_per_factor})
     return pd.DataFrame(rows)
+
+
+def defaults(base: dict[str, Any]) -> dict[str, int]:
+    """The batch limits ``base`` runs with untuned (as set, else vLLM's defaults for its GPU)."""
+    kv = static_parts(make_config("study", **base))[1]
+    return {"max_num_batched_tokens": kv.max_num_batched_tokens, "max_num_seqs": kv.max_num_seqs}
+
+
+def best(rows: pd.DataFrame, untuned: dict[str, int]) -> pd.DataFrame:
+    """Per (candidate, SLO) the searched setting with the highest goodput (ties, common on a
+    rate grid: the higher attainment at the first failing rate, then ``untuned`` -- a knob that
+    changes nothing is not reported as tuned -- then grid order), with the goodput at
+    ``untuned`` beside it and how many settings were searched."""
+    out = []
+    is_untuned = (rows["max_num_batched_tokens"] == untuned["max_num_batched_tokens"]) & (
+        rows["max_num_seqs"] == untuned["max_num_seqs"])
+    for _, g in rows.assign(untuned=is_untuned).groupby(["candidate", "slo"], sort=False):
+        top = g.sort_values(["goodput_qps", "attainment_above", "untuned"], ascending=False, kind="stable").iloc[0]
+        at = g[g["untuned"]]["goodput_qps"]
+        out.append(top.drop("untuned").to_dict() | {"settings": len(g),
+                   "goodput_untuned_qps": float(at.iloc[0]) if len(at) else float("nan")})
+    return pd.DataFrame(out)
+
+
+def study(trace: Trace, base: dict[str, Any], n: int, slos: Sequence[SloPair], rates: Sequence[float],
+          link: str = "rdma-ndr", router: str = "kv-aware", threshold: int = 0) -> pd.DataFrame:
+    """One row per (candidate, SLO): goodput (rate factor x the trace's rate) at the candidate's
+    best knob setting (named in the row), per GPU-dollar, the TTFT breakdown at the goodput
+    rate and the binding constraint just above it."""
+    return best(search(trace, base, n, slos, rates, link, router, threshold), defaults(base))
+
+
+def _slos(text: str) -> list[SloPair]:
+    """``--slos`` (``name:TTFT_S:TPOT_S,...``)."""
+    try:
+        return [SloPair(n, float(t), float(p)) for n, t, p in (x.split(":") for x in text.split(","))]
+    except ValueError:
+        raise ConfigError(f"--slos {text!r}: expected name:TTFT_S:TPOT_S,... (e.g. tight:0.3:0.03)") from None
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -143,18 +220,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--rates", default="1,2,4,8,16,32")
     ap.add_argument("--max-model-len", type=int, default=8192)
     ap.add_argument("--slos", default="tight:0.3:0.03,loose:2:0.15", help="name:TTFT_S:TPOT_S,...")
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="CSV: one row per candidate x SLO (tuned)")
+    ap.add_argument("--grid-out", type=Path, default=None, help="CSV: every knob setting searched")
     a = ap.parse_args(argv)
+    try:
+        slos, rates = _slos(a.slos), [float(r) for r in a.rates.split(",")]
+    except (ConfigError, ValueError) as e:
+        ap.error(str(e))
     tr = load_trace(a.trace)
     if a.head:
         tr = to_trace(tr.df.head(a.head).reset_index(drop=True))
     base = {"model": a.model, "gpu": a.gpu, "max_model_len": a.max_model_len}
-    slos = [SloPair(n, float(t), float(p)) for n, t, p in (x.split(":") for x in a.slos.split(","))]
-    df = study(tr, base, a.gpus, slos, [float(r) for r in a.rates.split(",")])
+    print(f"cost model: {static_parts(make_config('study', **base))[2].name}")
+    t0 = time.perf_counter()
+    rows = search(tr, base, a.gpus, slos, rates)
+    df = best(rows, defaults(base))
+    print(f"wall time: {time.perf_counter() - t0:.1f} s ({len(rows) // len(slos)} candidate x knob settings)")
     print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        df.to_csv(a.out, index=False)
+    print(markdown(df, defaults(base)))
+    for path, frame in ((a.out, df), (a.grid_out, rows)):
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            frame.to_csv(path, index=False)
 
 
 if __name__ == "__main__":
