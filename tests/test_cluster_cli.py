@@ -83,6 +83,8 @@ def test_a_unified_cluster_summary_sets_its_hit_rate_between_the_fleet_bounds(tm
     assert 0 < b["per_replica"] <= b["unbounded"] < 1 and 0 < b["shared"] <= b["unbounded"]
     assert 0 < s["prefix_hit_rate"] <= b["unbounded"]
     assert "the trace allows" in " ".join(res.output.split())
+    [basis] = s["cost_basis"]  # one cost model times the three replicas; its basis is the run's verdict
+    assert basis["instances"] == "r0, r1, r2" and basis["basis"] in ("fitted", "extrapolated", "uncalibrated")
     assert len(pd.read_parquet(out / "requests.parquet")) == 200
     pd_out = tmp_path / "pd"
     res = runner.invoke(cli_main.app, ["simulate", "--cluster", write(tmp_path, PD), "--out", str(pd_out)])

@@ -102,6 +102,27 @@ def cluster_json(spec: ClusterSpec, res: ClusterResult, sim_s: float,
             "simulated_s": res.end_s, "sim_wall_s": round(sim_s, 4), "warnings": warnings or []}
 
 
+def cost_bases(spec: ClusterSpec, res: ClusterResult) -> list[dict[str, str]]:
+    """Each distinct step-cost model of the cluster, the instances it times and its basis for
+    their requests, as a single replica's summary says it (:func:`sim.cost.regime.run_regime`:
+    fitted only inside the fitted regime)."""
+    from sim.cost import basis_of
+    from sim.cost.regime import run_regime
+    from sim.run.static import static_parts
+
+    by: dict[str, tuple[Any, list[int]]] = {}
+    for k, inst in enumerate(spec.instances):
+        cost = static_parts(inst.config)[2]
+        by.setdefault(cost.name, (cost, []))[1].append(k)
+    out = []
+    for name, (cost, idx) in by.items():
+        basis = basis_of(cost).basis
+        req = res.requests[res.requests["instance"].isin(idx)]
+        verdict = run_regime(cost, basis, req).report.get("basis") or basis
+        out.append({"cost_model": name, "instances": ", ".join(spec.instances[k].name for k in idx), "basis": verdict})
+    return out
+
+
 def prefix_bounds(spec: ClusterSpec, tr: Trace) -> dict[str, float] | None:
     """Where a unified fleet's prefix hit rate can fall (:func:`sim.cluster.whatif.fleet_prefix_bounds`,
     per-replica caches of the first instance's KV pool): None for P/D, or a trace without prompt
@@ -156,6 +177,7 @@ def simulate_cluster(cluster: Path, tr: Trace, out: Path, keys: dict[str, Any] |
     warnings = balance_warnings(rows)
     summary = cluster_json(spec, res, sim_s, rows, warnings)
     summary["prefix_bounds"] = prefix_bounds(spec, tr)
+    summary["cost_basis"] = cost_bases(spec, res)
     (out / "cluster.json").write_text(json.dumps(summary, indent=2, default=str))
     ttft_breakdown(res.requests, f"TTFT breakdown: {cluster.name} on {tr.path.split('/')[-1]}").savefig(
         out / "ttft_breakdown.png", dpi=120)

@@ -37,6 +37,8 @@ def _fleet(name: str, spec: ClusterSpec, s: dict[str, Any]) -> Table:
     if spec.disaggregated:
         t.add_row("KV transfer p99 / decode KV wait p99", fmt.durations((s["transfer_p99_s"], s["kv_wait_p99_s"])))
         t.add_row("pulls that waited for decode KV blocks", f"{s['decode_kv_blocked']:,}")
+    for c in s.get("cost_basis", []):
+        t.add_row(f"step-time basis ({c['instances']})", f"{c['basis']}: {c['cost_model']}")
     for link in s["links"]:
         t.add_row(f"link {link['name']} ({link['kind']}{', unverified' if link['unverified'] else ''})",
                   f"{100 * link['utilisation']:.1f}% busy")
