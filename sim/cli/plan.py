@@ -222,8 +222,9 @@ def register(app: typer.Typer) -> None:
                 if v is not None}
         routers = split_routers(router)
         splits = parse_splits(disagg, routers, link, link_gbps, threshold=pd_threshold) if disagg is not None else []
-        # --disagg: every shape gets the same small batch-limit search; a pasted line's knobs show in the rows
-        knobs = with_base_knobs(base, tuned_knobs(base, knobs, gpus[0].lower()) if splits else knobs)
+        # --disagg: every shape gets the same small batch-limit search (2x max_num_seqs where it binds)
+        raise_seqs = bool(splits) and not knobs.get("max_num_seqs")  # a pasted line's knobs show in the rows
+        knobs = with_base_knobs(base, tuned_knobs(base, knobs, gpus[0].lower(), adaptive=True) if splits else knobs)
         cands = grid([g.lower() for g in gpus], tps, knobs, splits)
         for c in cands:
             for role in ("unified",) if c.split is None else ("prefill", "decode"):
@@ -235,7 +236,7 @@ def register(app: typer.Typer) -> None:
             headroom=headroom, replications=seeds, seed=seed, window=window, iters=search_iters,
             peak_window_s=peak_window, bucket_s=bucket, cold_start_s=cold_start,
             price_point=price_point,  # type: ignore[arg-type]
-            validate=validate, backend=backend, workers=workers, address=address, splits=splits)
+            validate=validate, backend=backend, workers=workers, address=address, splits=splits, raise_seqs=raise_seqs)
         from sim.fleet.provenance import sha256, versions
         from sim.fleet.report import write_bundle
         from workloads.load import workload_of

@@ -90,11 +90,13 @@ def _best(rows: pd.DataFrame) -> pd.Series | None:
 def _tuned(plan: Plan) -> list[str]:
     """The sentence that says both sides were tuned alike (the knobs every shape searched)."""
     k = {n: plan.spec.knobs[n] for n in KNOBS if len(plan.spec.knobs.get(n, ())) > 1}
+    raised = " Each setting whose batch reached `max_num_seqs` in the run above its capacity was also " \
+        "searched at twice the cap (`sim/fleet/tuning.py`)." if plan.spec.raise_seqs else ""
     if not k:
-        return ["Every shape ran at one knob setting (shown in each row)."]
+        return ["Every shape ran at one knob setting (shown in each row)." + raised]
     grid = " x ".join(f"`{n}` in {{{', '.join(str(x) for x in v)}}}" for n, v in k.items())
     return [f"Unified replicas and every xPyD split searched the same knobs ({grid}); each side's best "
-            "setting is compared, and named in its row."]
+            "setting is compared, and named in its row." + raised]
 
 
 def breakdown_table(t: pd.DataFrame) -> list[str]:

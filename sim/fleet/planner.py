@@ -39,6 +39,7 @@ from sim.fleet.capacity import (
 from sim.fleet.sizing import size
 from sim.fleet.spec import Demand, PlanSpec
 from sim.fleet.table import build_table
+from sim.fleet.tuning import raised_seq_cap
 from sim.fleet.validate import ValidateTask, Validation, replay_replicas, validate_fleet
 from sim.fleet.workload import mean_rate, peak_rate, rate_timeline, scale_rate
 from sim.fleet.xpyd_plan import probe_split, replay_split
@@ -164,6 +165,8 @@ def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None,
     scaled, demand = measure_demand(df, spec)
     cands = grid(spec.gpus, spec.tps, spec.knobs, spec.splits)
     caps = capacities(spec, cands, scaled, demand, progress)
+    more = raised_seq_cap(list(zip(cands, caps, strict=True))) if spec.raise_seqs else []
+    caps += capacities(spec, more, scaled, demand, progress) if more else []
     vals = validate(spec, caps, scaled, demand, progress) if spec.validate else {}
     t, rate = rate_timeline(scaled["arrival_s"].to_numpy(np.float64), spec.bucket_s)
     table = build_table(spec, demand, caps, vals, (t, rate))

@@ -41,6 +41,7 @@ class PlanSpec:
     workers: int = 1
     address: str | None = None
     splits: list[Split] = field(default_factory=list)   # xPyD groups searched beside unified replicas
+    raise_seqs: bool = False   # also search 2x max_num_seqs where the cap binds (fleet/tuning.py)
 
 
 @dataclass(frozen=True, slots=True)
