@@ -87,5 +87,11 @@ def test_a_unified_cluster_summary_sets_its_hit_rate_between_the_fleet_bounds(tm
     assert basis["instances"] == "r0, r1, r2" and basis["basis"] in ("fitted", "extrapolated", "uncalibrated")
     assert len(pd.read_parquet(out / "requests.parquet")) == 200
     pd_out = tmp_path / "pd"
-    res = runner.invoke(cli_main.app, ["simulate", "--cluster", write(tmp_path, PD), "--out", str(pd_out)])
-    assert res.exit_code == 0 and json.loads((pd_out / "cluster.json").read_text())["prefix_bounds"] is None
+    big = PD | {"defaults": PD["defaults"] | {"max_model_len": 131072}}
+    res = runner.invoke(cli_main.app, ["simulate", "--cluster", write(tmp_path, big), str(head), "--out", str(pd_out)])
+    assert res.exit_code == 0, res.output
+    s = json.loads((pd_out / "cluster.json").read_text())
+    assert s["prefix_bounds"] is None
+    # a pulled prompt's KV is a transfer, not a prefix hit: the rate is the prefilling side's
+    assert 0 < s["prefix_hit_rate"] <= b["unbounded"]
+    assert all(i["hit_rate"] is not None for i in s["instances"] if i["role"] == "prefill")

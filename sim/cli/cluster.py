@@ -62,6 +62,7 @@ def _start_s(req: Any) -> Any:
 
 def cluster_json(spec: ClusterSpec, res: ClusterResult, sim_s: float,
                  rows: list[InstanceLoad] | None = None, warnings: list[str] | None = None) -> dict[str, Any]:
+    from sim.cluster.balance import hits
     from sim.cluster.links import link_kind
     from sim.io.overload import offered_load
 
@@ -86,7 +87,7 @@ def cluster_json(spec: ClusterSpec, res: ClusterResult, sim_s: float,
                       "latency_s": link.latency, "bytes_moved": link.bytes_moved,
                       "utilisation": link.utilisation(res.end_s), "source": kind.source, "unverified": kind.unverified})
     fin = req[req["status"] == "finished"]
-    hit = req["prefix_hit_tokens"].clip(lower=0).sum()
+    hit = hits(req, prefill_side=True).sum()  # where each prompt was computed
     return {"instances": inst, "links": links, "router": spec.router.policy, "flow": spec.flow,
             "threshold": spec.threshold, "requests": len(req), "finished": len(fin),
             "rejected": int((req["status"] == "rejected").sum()),

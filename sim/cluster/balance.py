@@ -39,7 +39,7 @@ class InstanceLoad:
     fair_share: float      # requests / (its pool's requests / pool size); 1 = an even split
     busy: float            # share of the run's time it was stepping
     kv_use: float          # time-weighted share of its KV pool held
-    hit_rate: float | None  # prefix hit tokens / prompt tokens (None: prefill instance, not recorded)
+    hit_rate: float | None  # prefix hit tokens / prompt tokens it prefilled (None: it prefilled none)
     preemptions: int
     load: Load
 
@@ -51,15 +51,27 @@ def _arrivals(req: pd.DataFrame, k: int, role: str) -> pd.DataFrame:
         done = mine["prefill_done_s"]
         return pd.DataFrame({"arrival_s": mine["arrival_s"], "first_scheduled_s": mine["prefill_start_s"],
                              "finish_s": done, "ttft_s": done - mine["arrival_s"],
-                             "status": np.where(done.notna(), "finished", mine["status"])})
+                             "status": np.where(done.notna(), "finished", mine["status"]),
+                             "prompt_tokens": mine["prompt_tokens"], "hit": mine["prefill_hit_tokens"].clip(lower=0)})
     mine = req[req["instance"] == k]
     here = mine["prefill_done_s"].where(mine["prefill_instance"] >= 0, mine["arrival_s"]) \
         if "prefill_done_s" in mine else mine["arrival_s"]
     return pd.DataFrame({"arrival_s": here, "first_scheduled_s": mine["first_scheduled_s"],
                          "finish_s": mine["finish_s"], "ttft_s": mine["first_token_s"] - here,
                          "status": mine["status"], "prompt_tokens": mine["prompt_tokens"],
-                         "hit": mine["prefix_hit_tokens"].clip(lower=0),
+                         "hit": hits(mine),  # (a pulled prompt's KV is no hit: only local prefills count)
                          "num_preemptions": mine["num_preemptions"]})
+
+
+def hits(req: pd.DataFrame, prefill_side: bool = False) -> pd.Series:
+    """Prefix-cache hit tokens of the instance that computed each prompt: a request's own, NaN
+    for one whose prompt KV was pulled from a prefill instance (that is a transfer, not a hit)
+    or, ``prefill_side``, that prefill instance's hit instead."""
+    own = req["prefix_hit_tokens"].clip(lower=0).astype("float64")
+    if "prefill_instance" not in req:
+        return own
+    remote = req["prefill_instance"] >= 0
+    return own.where(~remote, req["prefill_hit_tokens"].clip(lower=0) if prefill_side else np.nan)
 
 
 def _kv_use(steps: pd.DataFrame) -> float:
@@ -81,11 +93,11 @@ def instance_loads(req: pd.DataFrame, steps: pd.DataFrame, names: Sequence[str],
         f, pool = frames[k], pools[role]
         even = sum(len(frames[j]) for j in pool) / len(pool)
         st = steps[steps["instance"] == k]
-        prompt = int(f["prompt_tokens"].sum()) if "prompt_tokens" in f else 0
+        prompt = int(f["prompt_tokens"][f["hit"].notna()].sum()) if "prompt_tokens" in f else 0
         out.append(InstanceLoad(
             name, role, len(f), len(f) / even if even else 1.0,
             float(st["duration_s"].sum()) / end_s if end_s > 0 else 0.0, _kv_use(st),
-            (float(f["hit"].sum()) / prompt if prompt else 0.0) if "hit" in f else None,
+            float(f["hit"].sum()) / prompt if prompt else None,
             int(f["num_preemptions"].sum()) if "num_preemptions" in f else 0, offered_load(f)))
     return out
 

@@ -54,7 +54,7 @@ MEMO = 8192  # requests whose prompt-block keys the cluster's hasher keeps (kv/h
 @dataclass(slots=True)
 class ClusterResult:
     requests: pd.DataFrame            # request_frame + instance, prefill_instance, prefill_start_s,
-                                      # prefill_done_s, transfer_s, kv_wait_s
+                                      # prefill_done_s, prefill_hit_tokens, transfer_s, kv_wait_s
     steps: pd.DataFrame               # every instance's steps + instance
     names: list[str]
     roles: list[str]
@@ -252,18 +252,18 @@ class ClusterRun:
         api = leave(self.sent, fe, ing) if fe is not None and ing is not None else no_frontend(self.sent)
         frame = with_columns(request_frame(self.sent), api)
         n = len(self.sent)
-        pre = np.full(n, -1, dtype=np.int64)
+        pre, phit = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
         xfer, wait, done, start = (np.full(n, np.nan) for _ in range(4))
         for uid, p in self.prefill_of.items():
-            pre[uid] = p
             c = self.clones[uid]
+            pre[uid], phit[uid] = p, c.prefix_hit_tokens  # the prefill side's own prefix-cache hit
             done[uid] = c.finish_s if c.finish_s >= 0 else np.nan
             start[uid] = c.first_scheduled_s if c.first_scheduled_s >= 0 else np.nan
         for uid, rec in self.records.items():
             if rec.landed_s >= 0:
                 xfer[uid] = rec.landed_s - rec.start_s
                 wait[uid] = rec.landed_s - rec.reached_s
-        frame["instance"], frame["prefill_instance"] = self.instance, pre
+        frame["instance"], frame["prefill_instance"], frame["prefill_hit_tokens"] = self.instance, pre, phit
         frame["prefill_start_s"], frame["prefill_done_s"] = start, done  # on its prefill instance
         frame["transfer_s"], frame["kv_wait_s"] = xfer, wait
         frame["replica"] = self.instance
