@@ -9,14 +9,25 @@ share of block references whose hash id appeared in an earlier request (unbounde
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from workloads.resolution import resolution_reason, timestamp_resolution
 
+if TYPE_CHECKING:
+    from workloads.schema import Trace
+
 PCTS = (50, 90, 99)
+
+
+def has_prefix_info(trace: Trace) -> bool:
+    """Whether the trace can hit the prefix cache at all: token ids, prefix hashes or fanned-out samples."""
+    df = trace.df
+    fans = any(c in df and bool((df[c] > 1).any()) for c in ("n", "beam_width"))
+    return fans or any(c in df and bool(df[c].map(lambda v: v is not None and len(v) > 0).any())
+                       for c in ("hash_ids", "prompt_token_ids"))
 
 
 def length_stats(x: np.ndarray) -> dict[str, float]:

@@ -128,9 +128,9 @@ def prefix_bounds(spec: ClusterSpec, tr: Trace) -> dict[str, float] | None:
     """Where a unified fleet's prefix hit rate can fall (:func:`sim.cluster.whatif.fleet_prefix_bounds`,
     per-replica caches of the first instance's KV pool): None for P/D, or a trace without prompt
     content (nothing can hit)."""
-    from sim.cli.simulate import has_prefix_info
     from sim.cluster.whatif import fleet_prefix_bounds
     from sim.run.build import build
+    from workloads.stats import has_prefix_info
 
     cfg = spec.instances[0].config
     if spec.disaggregated or not has_prefix_info(tr):

@@ -28,20 +28,13 @@ from sim.run.simulate import SimResult
 from sim.run.simulate import simulate as run_simulation
 from workloads.load import Load, workload_of
 from workloads.schema import Trace
+from workloads.stats import has_prefix_info
 
 BUNDLED = "azure_conv_slice.csv"
 
 
 def bundled_trace() -> Path:
     return Path(str(resources.files("workloads").joinpath("data", BUNDLED)))
-
-
-def has_prefix_info(trace: Trace) -> bool:
-    """Whether the trace can hit the prefix cache at all: token ids, prefix hashes or fanned-out samples."""
-    df = trace.df
-    fans = any(c in df and bool((df[c] > 1).any()) for c in ("n", "beam_width"))
-    return fans or any(c in df and bool(df[c].map(lambda v: v is not None and len(v) > 0).any())
-                       for c in ("hash_ids", "prompt_token_ids"))
 
 
 def summary_table(res: SimResult, prefix_info: bool = True) -> Table:
