@@ -30,6 +30,7 @@ run and per request routed here, instead of one pause per arrival at the fleet.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Generator
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -47,6 +48,11 @@ class Pausing(NamedTuple):
     next_due: Callable[[], float]       # the replica's next own arrival
     real_counts: bool                   # the router reads per-request counts
     lazy: bool                          # ... or only totals, and nothing else reads (lazy reads)
+
+
+def never() -> float:
+    """The next arrival of a source that has none (no live router, no inbox to watch)."""
+    return math.inf
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from sim.engine.fastforward.decoders import boundary, by_seq, index, join_planne
 from sim.engine.fastforward.handover import close, hand_over
 from sim.engine.fastforward.lockstep import Polls, tick
 from sim.engine.fastforward.ordering import Order
-from sim.engine.fastforward.pause import Pausing, pause
+from sim.engine.fastforward.pause import Pausing, never, pause
 from sim.engine.fastforward.preempt import preempt_pass, supported, victims
 from sim.engine.fastforward.quiet_steps import bind
 from sim.engine.fastforward.runs import QuietRuns
@@ -92,8 +92,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     fin: dict[int, list[Request]] = {}  # window step -> requests whose last token it samples
     ends: list[int] = []  # fin's keys, a heap (decoders.nearest)
     blocks = k.decode_blocks  # None: a slab, no blocks to hand out mid-window
-    paged = blocks is not None
-    B, page, caching = kv.block_size, k.page_size, k.caching
+    B, page, caching, paged = kv.block_size, k.page_size, k.caching, blocks is not None
     cross, pool = (blocks.cross_boundary, blocks.pool) if blocks is not None else (None, None)
     fq = pool.free_queue if pool is not None else None  # read directly (== kv.num_free_blocks)
     margin = kv.headroom  # the decoders' block checks, noted as their allocations would be
@@ -105,11 +104,12 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     buckets: list[list[Request]] = [[] for _ in range(B)]
     c0_sum, decoders, pages = index(running, part, fin, ends, buckets, paged)
     step_cost, bb, breakdown, log_row, land = k.cost.step_time, k.block_bytes, kv.breakdown, k.log.append, lander(k)
-    quiet, due = next_due is not None, next_due() if next_due is not None else 0.0  # (the own inbox's)
+    own, router = next_due or never, next_arrival or never  # the replica's own inbox's next arrival; a router's
+    quiet, due = next_due is not None, own() if next_due is not None else 0.0
     held: int | None = None  # truthy: no admission can run until a pull or a non-quiet step (2: nor a run)
     head: Request | None = None
     qnw, s, dt, log, progress, dec_time, dec_n, busy = 0, 0, 0.0, k.log, k.progress, k.decode_time(decoders), decoders, False
-    na = next_arrival() if next_arrival is not None else math.inf  # no submission until the window ends
+    na = router()  # no submission until the window ends
     landing, p_done = f is not None, NONE  # the step launched, not landed (p_*): async starts with f
     if f is not None:
         p_plan, p_batch, p_dt, p_start = f.plan, f.batch, f.dt, f.start
@@ -120,7 +120,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     partial: set[int] = {part.uid} if part is not None else set()  # chunked prefills (real counts)
     cap = PROGRESS_EVERY if progress is not None else math.inf  # records before the next progress call
     runs = QuietRuns(k, lag, buckets, (usable, nulls), register, cross,  # type: ignore[arg-type]
-                     Pausing(running, next_arrival, next_due, real_counts, lazy)  # type: ignore[arg-type]
+                     Pausing(running, router, own, real_counts, lazy)
                      if pausable else None) \
         if lin is not None and quiet and cross is not None and polls is None else None
     quick = None if polls is not None else bind(  # (lockstep: one step at a time; busy: a poll wants the pass)
@@ -151,7 +151,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             # ---- a quiet step: nothing finishes, nothing is freed, and no admission can run ----
             if due <= plan_t:  # an arrival is due: pull it (it may change what admission sees)
                 pull_due(plan_t)
-                due = next_due()  # type: ignore[misc]
+                due = own()
                 held = None
             if held is None:
                 qnw = len(waiting)  # == sched.num_waiting: nothing is swapped in a window
@@ -185,10 +185,10 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                     if not pausable:
                         hand_over(k, running, s, None)
                         return t, None
-                    na = yield from pause(k, running, s, (), end, na, next_arrival, real_counts)  # type: ignore[arg-type]
-                    due, held = next_due() if quiet else due, True  # type: ignore[misc]
+                    na = yield from pause(k, running, s, (), end, na, router, real_counts)
+                    due, held = own() if quiet else due, True
                 elif polls is not None:  # the step in flight (async: step s; sync: s1)
-                    due = yield from tick(k, running, s, (), p_dt if lag else dt, real_counts, next_due)  # type: ignore[arg-type]
+                    due = yield from tick(k, running, s, (), p_dt if lag else dt, real_counts, own)
                 free_blocks = fq.size if fq is not None else kv.num_free_blocks
                 shared = pool.shared_excess if pool is not None else kv.shared_excess
                 comp = ctx - decoders if lag else ctx  # token states held when the record is taken
@@ -220,7 +220,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             pull_due(plan_t)
         elif due <= plan_t:
             pull_due(plan_t)
-            due, skip = next_due(), None  # type: ignore[misc]
+            due, skip = own(), None
         n_part = 0 if part is None else next_chunk(sched, part, p_done, decoders, max_batched, len(bucket))
         if part is not None and not n_part:
             break  # the chunked prefill's step is not the window's to apply: go exact
@@ -242,14 +242,14 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                 plan, nw = adm, len(waiting)
         keep = skip and out is None and max_batched > decoders and not (landing and p_done)  # no frees yet
         if lag and pausable and t >= na:  # async: step s (in flight) straddles the router's arrival
-            na = yield from pause(k, running, s, uids(plan) | {r.uid for r in p_done}, t, na, next_arrival, real_counts)  # type: ignore[arg-type]
-            due = next_due() if quiet else due  # type: ignore[misc]
+            na = yield from pause(k, running, s, uids(plan) | {r.uid for r in p_done}, t, na, router, real_counts)
+            due = own() if quiet else due
         elif lag and polls is not None and landing:  # lockstep: sleep through step s (in flight)
-            due = yield from tick(k, running, s, uids(plan) | {r.uid for r in p_done}, p_dt, real_counts, next_due)  # type: ignore[arg-type]
+            due = yield from tick(k, running, s, uids(plan) | {r.uid for r in p_done}, p_dt, real_counts, own)
         if landing:  # async: step s lands at t, after step s1 was planned
             extra = k.computed_of(plan.scheduled) if plan is not None else 0
             land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s + extra, nw)
-            due = next_due() if p_done and quiet else due  # type: ignore[misc]  # a client's send at a finish (k.on_done)
+            due = own() if p_done and quiet else due  # a client's send at a finish (k.on_done)
         # ---- launch step s1 at t: batch, duration, tokens computed and sampled ----
         ctx = c0_sum + decoders * s1
         if plan is None or not plan.scheduled:  # decodes only: timed as a quiet step is (== step_cost, bit for bit)
@@ -269,10 +269,10 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             if not pausable:  # the exact loop runs it
                 hand_over(k, running, s, plan)
                 return t, None
-            na = yield from pause(k, running, s, uids(plan), end, na, next_arrival, real_counts)  # type: ignore[arg-type]
-            due = next_due() if quiet else due  # type: ignore[misc]
+            na = yield from pause(k, running, s, uids(plan), end, na, router, real_counts)
+            due = own() if quiet else due
         elif not lag and polls is not None:  # lockstep: sleep through step s1
-            due = yield from tick(k, running, s, uids(plan), dt, real_counts, next_due)  # type: ignore[arg-type]
+            due = yield from tick(k, running, s, uids(plan), dt, real_counts, own)
         if plan is not None:  # its requests advance; a completed prefill joins the decoders
             c0_in, n_in, pages_in, part = join_planned(plan, end, lag, s1, fin, ends, buckets, paged, partial)
             c0_sum, decoders, pages = c0_sum + c0_in, decoders + n_in, pages + pages_in
@@ -289,7 +289,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,
                  c0_sum + decoders * s + (part.num_computed_tokens if part is not None else 0), nw)
             landing, keep = False, keep and not done
-            due = next_due() if done and quiet else due  # type: ignore[misc]  # (as above)
+            due = own() if done and quiet else due  # (as above)
         held = True if keep else None
     if polls is not None:
         polls.handed_back(s)
