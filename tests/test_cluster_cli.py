@@ -83,6 +83,9 @@ def test_a_unified_cluster_summary_sets_its_hit_rate_between_the_fleet_bounds(tm
     assert 0 < b["per_replica"] <= b["unbounded"] < 1 and 0 < b["shared"] <= b["unbounded"]
     assert 0 < s["prefix_hit_rate"] <= b["unbounded"]
     assert "the trace allows" in " ".join(res.output.split())
+    for m in ("ttft", "tpot", "e2e"):  # the single-replica summary's latency rows
+        assert 0 < s[f"{m}_p50_s"] <= s[f"{m}_p90_s"] <= s[f"{m}_p99_s"]
+    assert "E2E p50/p90/p99" in res.output and "out tok/s" in res.output
     [basis] = s["cost_basis"]  # one cost model times the three replicas; its basis is the run's verdict
     assert basis["instances"] == "r0, r1, r2" and basis["basis"] in ("fitted", "extrapolated", "uncalibrated")
     assert len(pd.read_parquet(out / "requests.parquet")) == 200

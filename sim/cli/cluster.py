@@ -94,10 +94,9 @@ def cluster_json(spec: ClusterSpec, res: ClusterResult, sim_s: float,
             "decode_kv_blocked": res.decode_kv_blocked,
             "load": asdict(offered_load(req, _start_s(req))),
             "prefix_hit_rate": float(hit / req["prompt_tokens"].sum()) if len(req) else 0.0,
-            "ttft_p50_s": float(fin["ttft_s"].quantile(0.5)) if len(fin) else None,
-            "ttft_p90_s": float(fin["ttft_s"].quantile(0.9)) if len(fin) else None,
-            "ttft_p99_s": float(fin["ttft_s"].quantile(0.99)) if len(fin) else None,
-            "tpot_p99_s": float(fin["tpot_s"].quantile(0.99)) if len(fin) else None,
+            **{f"{m}_p{q}_s": float(fin[f"{m}_s"].quantile(q / 100)) if len(fin) else None
+               for m in ("ttft", "tpot", "e2e") for q in (50, 90, 99)},  # (as a single replica's summary)
+            "output_tokens": int(fin["output_tokens"].sum()),
             "transfer_p99_s": float(fin["transfer_s"].quantile(0.99)) if fin["transfer_s"].notna().any() else None,
             "kv_wait_p99_s": float(fin["kv_wait_s"].quantile(0.99)) if fin["kv_wait_s"].notna().any() else None,
             "simulated_s": res.end_s, "sim_wall_s": round(sim_s, 4), "warnings": warnings or []}

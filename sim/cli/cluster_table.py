@@ -26,10 +26,12 @@ def _fleet(name: str, spec: ClusterSpec, s: dict[str, Any]) -> Table:
     span = s["simulated_s"]
     t.add_row("requests finished / rejected", f"{s['finished']:,} / {s['rejected']:,}")
     t.add_row("simulated time", fmt.duration(span))
-    t.add_row("throughput", f"{fmt.num(s['finished'] / span if span else 0.0, whole=False)} req/s")
+    t.add_row("throughput", f"{fmt.num(s['finished'] / span if span else 0.0, whole=False)} req/s, "
+                            f"{fmt.num(round(s['output_tokens'] / span) if span else 0)} out tok/s")
     t.add_row("load (offered vs served)", _verdict(Load(**s["load"])))
-    t.add_row("TTFT p50/p90/p99", fmt.durations((s["ttft_p50_s"], s["ttft_p90_s"], s["ttft_p99_s"])))
-    t.add_row("TPOT p99", fmt.duration(s["tpot_p99_s"]))
+    for m in ("TTFT", "TPOT", "E2E"):  # the rows of a single replica's summary (sim/cli/simulate.py)
+        if s[f"{m.lower()}_p50_s"] is not None:
+            t.add_row(f"{m} p50/p90/p99", fmt.durations(tuple(s[f"{m.lower()}_p{q}_s"] for q in (50, 90, 99))))
     b = s.get("prefix_bounds")
     t.add_row("prefix cache hit rate", f"{100 * s['prefix_hit_rate']:.1f}%" + (
         "" if not b else f" (the trace allows: {100 * b['per_replica']:.1f}% with per-replica LRUs under round-robin, "
