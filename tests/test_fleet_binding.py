@@ -81,17 +81,21 @@ def test_low_max_num_seqs_binds_on_the_batch_cap() -> None:
     assert classify(d) == "seq-cap"
 
 
+def _long_prompts(n: int, prompt: int, output: int, failing: str, **kw: object) -> tuple[pd.DataFrame, Diagnostics]:
+    """One request a second, each ``prompt`` tokens long; ``failing``: the SLO target that failed.
+    Returns the steps and the diagnostics."""
+    df = pd.DataFrame({"arrival_s": np.arange(n, dtype=float), "prompt_tokens": np.full(n, prompt),
+                       "output_tokens": np.full(n, output)})
+    res = simulate(make_config(model="llama-3.1-8b", max_num_seqs=64, **kw), to_trace(df))  # type: ignore[arg-type]  # (make_config validates the keys)
+    b = res.budget
+    return res.steps, diagnose(res.steps, n, 0, b.max_num_seqs, b.max_num_batched_tokens, (failing,), res.requests)
+
+
 def test_long_prompts_at_low_load_bind_on_prefill_compute() -> None:
     """8,000-token prompts in 512-token chunks at 10 ms a step: 16 steps (160 ms) of prefill
     each, at one request per second: nothing waits, the prompts themselves miss a 0.1 s TTFT."""
-    n = 30
-    df = pd.DataFrame({"arrival_s": np.arange(n, dtype=float), "prompt_tokens": np.full(n, 8000),
-                       "output_tokens": np.full(n, 4)})
-    cfg = make_config(model="llama-3.1-8b", cost_model="constant:0.01", max_num_batched_tokens=512,
-                      max_num_seqs=64, max_model_len=16384)
-    res = simulate(cfg, to_trace(df))
-    b = res.budget
-    d = diagnose(res.steps, n, 0, b.max_num_seqs, b.max_num_batched_tokens, ("ttft_p99<=0.1s",), res.requests)
+    _, d = _long_prompts(30, 8000, 4, "ttft_p99<=0.1s", cost_model="constant:0.01", max_num_batched_tokens=512,
+                         max_model_len=16384)
     assert d.tail_wait_share < 0.1 and classify(d) == "prefill-compute"
 
 
@@ -100,15 +104,9 @@ def test_long_prompts_stalling_decodes_bind_on_prefill_interference() -> None:
     decode that shares its step with a chunk waits for it (~0.2 s against ~9 ms), so a large part
     of TPOT is chunks although most steps and most of the time are pure decode (the old rule,
     time in mixed steps >= 50 %, said `decode-steps`); the label names the chunk size."""
-    n = 40
-    df = pd.DataFrame({"arrival_s": np.arange(n, dtype=float), "prompt_tokens": np.full(n, 16000),
-                       "output_tokens": np.full(n, 300)})
-    cfg = make_config(model="llama-3.1-8b", cost_model="roofline", max_num_batched_tokens=8192,
-                      max_num_seqs=64, max_model_len=20000)
-    res = simulate(cfg, to_trace(df))
-    b = res.budget
-    d = diagnose(res.steps, n, 0, b.max_num_seqs, b.max_num_batched_tokens, ("tpot_p99<=0.012s",), res.requests)
-    pure = float((res.steps["prefill_tokens"] == 0).mean())
+    st, d = _long_prompts(40, 16000, 300, "tpot_p99<=0.012s", cost_model="roofline", max_num_batched_tokens=8192,
+                          max_model_len=20000)
+    pure = float((st["prefill_tokens"] == 0).mean())
     assert pure > 0.5 and d.prefill_step_share < 0.5 and d.prefill_tpot_share > 1 / 3
     assert classify(d) == "prefill-interference"
     assert "max-num-batched-tokens" in LABELS["prefill-interference"][1]
