@@ -37,6 +37,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,18 +80,42 @@ print(job["mark"] + json.dumps(out), flush=True)
 """
 
 
-def run_side(tree: Path, trace: Path, limit: int, modes: list[str], config: dict) -> dict:
-    """One benchmark run of ``tree`` in a fresh interpreter; ``{"error": ...}`` if it failed."""
-    job = {"tree": str(tree), "trace": str(trace), "limit": limit, "modes": modes, "config": config,
-           "mark": MARK}
+def run_worker(tree: Path, worker: str, job: dict, mark: str) -> dict:
+    """Run ``worker`` (Python source; argv[1] is ``job`` as JSON, ``job["mark"]`` is ``mark``)
+    in a fresh interpreter with ``tree`` first on the path; the JSON it prints after ``mark``,
+    or ``{"error": ...}`` if it failed. Also used by ``bench_pd.py``."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    p = subprocess.run([sys.executable, "-c", WORKER, json.dumps(job)], cwd=tree, env=env,
+    p = subprocess.run([sys.executable, "-c", worker, json.dumps({**job, "mark": mark})], cwd=tree, env=env,
                        capture_output=True, text=True)
     for line in p.stdout.splitlines():
-        if line.startswith(MARK):
-            return json.loads(line[len(MARK):])
+        if line.startswith(mark):
+            return json.loads(line[len(mark):])
     tail = (p.stderr or p.stdout).strip().splitlines()[-8:]
     return {"error": f"exit {p.returncode}: " + "\n    ".join(tail)}
+
+
+@contextmanager
+def worktree(rev: str) -> Iterator[Path]:
+    """``rev`` checked out into a temporary ``git worktree`` (removed on exit); exits with status 2
+    when it cannot be checked out. Also used by ``bench_pd.py``."""
+    with tempfile.TemporaryDirectory(prefix="kvsim-bench-base-") as tmp:
+        base = Path(tmp) / "base"
+        add = subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), rev],
+                             capture_output=True, text=True)
+        if add.returncode != 0:
+            print(f"git worktree add {rev} failed:\n{add.stderr}", file=sys.stderr)
+            raise SystemExit(2)
+        try:
+            yield base
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)],
+                           capture_output=True, text=True)
+
+
+def run_side(tree: Path, trace: Path, limit: int, modes: list[str], config: dict) -> dict:
+    """One benchmark run of ``tree`` in a fresh interpreter; ``{"error": ...}`` if it failed."""
+    job = {"tree": str(tree), "trace": str(trace), "limit": limit, "modes": modes, "config": config}
+    return run_worker(tree, WORKER, job, MARK)
 
 
 def _fmt(xs: list[float]) -> str:
@@ -151,39 +177,29 @@ def main() -> int:
     modes = ["fast-forward"] + (["exact"] if a.exact else [])
     limit = QUICK_REQUESTS if a.quick else 0
     head = REPO
-    with tempfile.TemporaryDirectory(prefix="kvsim-bench-base-") as tmp:
-        base = Path(tmp) / "base"
-        add = subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), a.base],
-                             capture_output=True, text=True)
-        if add.returncode != 0:
-            print(f"git worktree add {a.base} failed:\n{add.stderr}", file=sys.stderr)
-            return 2
-        try:
-            rev = subprocess.run(["git", "-C", str(base), "rev-parse", "--short", "HEAD"],
-                                 capture_output=True, text=True).stdout.strip()
-            dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"],
-                                   capture_output=True, text=True).stdout.strip()
-            print(f"base {rev} ({base}) vs head {head}{' (uncommitted changes)' if dirty else ''}")
-            print(f"trace {trace}{f' (first {limit} requests)' if limit else ''}; modes {', '.join(modes)}; "
-                  f"{a.rounds} rounds; {sys.executable}")
-            results: dict[str, list[dict]] = {"base": [], "head": []}
-            for i in range(a.rounds):
-                order = [("base", base), ("head", head)]
-                if i % 2:
-                    order.reverse()
-                for side, tree in order:
-                    r = run_side(tree, trace, limit, modes, config)
-                    results[side].append(r)
-                    if "error" in r:
-                        print(f"round {i + 1} {side}: FAILED {r['error']}")
-                    else:
-                        msg = "  ".join(f"{m} wall {v['wall_s']:.3f} s cpu {v['cpu_s']:.3f} s "
-                                        f"steps {v['steps']:,} preempt {v['preemptions']:,}"
-                                        for m, v in r["modes"].items())
-                        print(f"round {i + 1} {side}: {msg}")
-        finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)],
-                           capture_output=True, text=True)
+    with worktree(a.base) as base:
+        rev = subprocess.run(["git", "-C", str(base), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"],
+                               capture_output=True, text=True).stdout.strip()
+        print(f"base {rev} ({base}) vs head {head}{' (uncommitted changes)' if dirty else ''}")
+        print(f"trace {trace}{f' (first {limit} requests)' if limit else ''}; modes {', '.join(modes)}; "
+              f"{a.rounds} rounds; {sys.executable}")
+        results: dict[str, list[dict]] = {"base": [], "head": []}
+        for i in range(a.rounds):
+            order = [("base", base), ("head", head)]
+            if i % 2:
+                order.reverse()
+            for side, tree in order:
+                r = run_side(tree, trace, limit, modes, config)
+                results[side].append(r)
+                if "error" in r:
+                    print(f"round {i + 1} {side}: FAILED {r['error']}")
+                else:
+                    msg = "  ".join(f"{m} wall {v['wall_s']:.3f} s cpu {v['cpu_s']:.3f} s "
+                                    f"steps {v['steps']:,} preempt {v['preemptions']:,}"
+                                    for m, v in r["modes"].items())
+                    print(f"round {i + 1} {side}: {msg}")
     report(results, modes)
     failed = [s for s in results for r in results[s] if "error" in r]
     if failed:
