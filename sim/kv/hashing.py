@@ -12,7 +12,11 @@ A prompt named by hash ids whose span is a whole number of blocks is keyed per h
 intern per id) and per block arithmetically, in a range of its own (``HASH_IDS``)::
 
     H(h)   = intern(("h", H(h - 1), id[h], tokens_per_hash))
-    key(j) = HASH_IDS + H(j // bph) * 2**16 + j % bph        (bph = tokens_per_hash // B)
+    key(j) = HASH_IDS + H * 2**16 + (i + H) % 2**16     (H = H(j // bph), i = j % bph, bph = tokens_per_hash // B)
+
+Block ``i`` sits at ``i + H``, not ``i``, in the low bits: a dict indexes a key by its low bits
+(an int hashes to itself), so with ``i`` alone every id's blocks would crowd ``bph`` slots (the
+probes of every registration, lookup and eviction of such a block several times longer).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from sim.request import Request
 
 UNIQUE_BASE = 1 << 24  # blocks per request addressable by the unique-content keys
 HASH_IDS = 1 << 48  # keys of blocks named by hash ids (BlockHasher._hash_ids) start here, above interned ones
+LOW = (1 << 16) - 1  # such a key's block part (its low bits)
 
 
 def unique_key(uid: int, j: int) -> int:
@@ -107,7 +112,7 @@ class BlockHasher:
     def _hash_ids(self, c: tuple[str, tuple[int, ...], int], hashes: list[int], j: int, upto: int) -> int:
         """Keys of a prompt named by hash ids of ``tph`` tokens each, ``tph`` a multiple of the
         block size (Mooncake: 512): one interned key ``H`` per hash id, chained over the ids,
-        and each block's key ``HASH_IDS + H * 2**16 + i`` (block ``i`` of that id) --
+        and each block's key ``HASH_IDS + H * 2**16 + (i + H) % 2**16`` (block ``i`` of that id) --
         arithmetic, as equal as the per-block chain (same ids, same position), one intern
         per ``tph // B`` blocks. Returns the next block to key."""
         _, ids, tph = c
@@ -121,7 +126,11 @@ class BlockHasher:
                 if H is None:
                     H = intern[key] = len(intern) + 1
             n = min(bph - i, upto - j)
-            base = HASH_IDS + (H << 16)
-            hashes.extend(range(base + i, base + i + n))
+            base, o = HASH_IDS + (H << 16), (i + H) & LOW
+            if o + n <= LOW + 1:
+                hashes.extend(range(base + o, base + o + n))
+            else:  # wraps around in the low bits
+                hashes.extend(range(base + o, base + LOW + 1))
+                hashes.extend(range(base, base + o + n - LOW - 1))
             j += n
         return j

@@ -73,9 +73,11 @@ class PrefixRegistration:
                     break
                 hits.append(b)
             return hits
-        table, key = table_of(req), self.hasher.key
+        hashes = table_of(req).hashes
+        if len(hashes) < n:  # the chain up to the cap, in one call (the hashes are needed anyway)
+            self.hasher.extend(req, hashes, n)
         for j in range(n):
-            b = cache.get(key(req, table, j))
+            b = cache.get(hashes[j])
             if b is None:
                 break
             hits.append(b)
@@ -158,14 +160,16 @@ class PrefixRegistration:
             for b, key in zip(fresh, keys, strict=True):
                 bh[b] = key
             return
-        shared_upto = shared_prefix_blocks(req, self.block_size)
+        end = min(full, shared_prefix_blocks(req, self.block_size))  # blocks with content keys
         hashes = table.hashes
-        if len(hashes) < min(full, shared_upto):  # the content keys, computed in one loop
-            self.hasher.extend(req, hashes, min(full, shared_upto))
-        for j in range(j0, full):
-            b = blocks[j]
+        if len(hashes) < end:  # the content keys, computed in one loop
+            self.hasher.extend(req, hashes, end)
+        keys = hashes[j0:end] if j0 < end else []
+        if full > end:  # past the content: unique keys
+            keys.extend(range(unique0 - max(j0, end), unique0 - full, -1))
+        for b, key in zip(blocks[j0:full], keys, strict=True):
             if bh[b] is None:  # == pool.cache_block(b, key), inlined (prompt registration)
-                key = bh[b] = unique0 - j if j >= shared_upto else hashes[j]
+                bh[b] = key
                 if key in cache:
                     pool.dups.setdefault(key, []).append(b)
                 else:
