@@ -213,19 +213,19 @@ class ClusterRun:
 
     def run(self, stop_on_fail: tuple[Slo, int] | None = None, checks: int = 40) -> ClusterResult:
         aborted, failing = False, tuple[str, ...]()
-        with no_collections():
+        with no_collections():  # (the result too: the step logs' records are laid out before collection resumes)
             if stop_on_fail is None:
                 self.env.run()
             else:
                 monitor = SloMonitor(stop_on_fail[0], self.reqs, stop_on_fail[1])
                 aborted = self._run_monitored(monitor, checks)
                 failing = monitor.failing(self.env.now) if aborted else ()
-        for uid, clone in self.clones.items():  # rejected on its prefill instance: rejected for good
-            r = self.sent[uid]
-            if clone.status is Status.REJECTED and r.status is not Status.REJECTED:
-                r.status, r.reject_reason, r.reject_detail = Status.REJECTED, clone.reject_reason, clone.reject_detail
-                self.instance[uid] = self.prefill_of[uid]
-        res = self._result()
+            for uid, clone in self.clones.items():  # rejected on its prefill instance: rejected for good
+                r = self.sent[uid]
+                if clone.status is Status.REJECTED and r.status is not Status.REJECTED:
+                    r.status, r.reject_reason, r.reject_detail = Status.REJECTED, clone.reject_reason, clone.reject_detail
+                    self.instance[uid] = self.prefill_of[uid]
+            res = self._result()
         res.aborted, res.failing = aborted, failing
         return res
 

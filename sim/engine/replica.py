@@ -26,7 +26,6 @@ from typing import Any
 
 import simpy
 
-from sim.engine.fastforward.lockstep import Tick
 from sim.engine.fastforward.ordering import Order, order_of
 from sim.engine.fastforward.pause import Nap
 from sim.engine.fastforward.window import Window, fast_forward
@@ -203,15 +202,18 @@ class Replica(KernelViews, Waits):
         c = k.kv.connector
         if c is not None and c.asynchronous:  # transfers land between steps: sleep through each
             window = fast_forward(k, order, env.now, flight, self._pull_due, None, self.next_own_arrival,
-                                  real_counts=self._real_counts, lockstep=True)
+                                  real_counts=self._real_counts, lockstep=env.timeout)
+            if window is None:
+                return flight
+            t, flight = yield from window  # (it yields the timeouts the exact loop would)
         else:
             pausable = self._routed is not None
             hint = self._router_next if pausable else self._next_arrival_hint if self._router_next is not None else None
             window = fast_forward(k, order, env.now, flight, self._pull_due, hint, self.next_own_arrival, pausable,
                                   self._real_counts, self._lazy)
-        if window is None:
-            return flight  # nothing in bulk from here
-        t, flight = yield from self._drive(window)
+            if window is None:
+                return flight  # nothing in bulk from here
+            t, flight = yield from self._drive(window)
         if t > env.now:
             if self.on_progress:
                 self.on_progress(self)
@@ -222,15 +224,11 @@ class Replica(KernelViews, Waits):
 
     def _drive(self, window: Window) -> Generator[simpy.Event, Any, tuple[float, InFlight | None]]:
         """Run a fast-forward window; while it waits for the router (at the router's next
-        arrival), wait on the router's ``routed`` event; through a lockstep window's step, on
-        the timeout the exact loop yields."""
+        arrival), wait on the router's ``routed`` event."""
         try:
             ask = next(window)
             while True:
-                if ask.__class__ is Tick:
-                    yield self.env.timeout(ask.dt)
-                    ask = window.send(self.env.now)
-                elif ask.__class__ is Nap:
+                if ask.__class__ is Nap:
                     yield from self._nap(ask)
                     ask = window.send(self.env.now)
                 else:

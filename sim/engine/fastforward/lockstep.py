@@ -11,7 +11,7 @@ timeout the exact loop would yield -- created at the same point (the step's laun
 same duration -- and SimPy's event order, ties included, is the exact loop's::
 
     exact     plan s1 | launch | yield timeout(dt) ......... | land | plan s1+1 ...
-    lockstep  plan s1 | launch | yield Tick(dt)  ........... | land | plan s1+1 ...
+    lockstep  plan s1 | launch | yield sleep(dt) ........... | land | plan s1+1 ...
                                      ^ a pull lands, a request is handed over, a router reads:
                                        as in exact stepping (decoder counts corrected meanwhile)
 
@@ -26,44 +26,22 @@ through the full admission pass.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Generator
-from dataclasses import dataclass
 
 from sim.engine.fastforward.decoders import shift
 from sim.engine.step import StepKernel
 from sim.request import Request
 
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """Sleep ``dt`` (the step in flight's duration) on one SimPy timeout, as the exact loop does."""
-
-    dt: float
-
-
-def tick(k: StepKernel, running: list[Request], s: int, real: Collection[int], dt: float,
-         real_counts: bool, next_due: Callable[[], float]) -> Generator[Tick, float, float]:
-    """Sleep through the step in flight with the replica readable as the exact loop leaves it:
-    ``s`` window steps done, requests in ``real`` holding real counts (as ``pause.pause``).
-    Returns the replica's next own arrival (a request handed over meanwhile is due)."""
-    if not real_counts:
-        k.virtual_tokens = s * (len(running) - len(real))
-        yield Tick(dt)
-        k.virtual_tokens = 0
-        return next_due()
-    held = [r for r in running if r.uid not in real] if s else []
-    shift(held, s)
-    yield Tick(dt)
-    shift(held, -s)
-    return next_due()
+Sleep = Callable[[float], object]  # sleep(dt): the SimPy event the exact loop yields for a step of dt
 
 
 class Polls:
-    """The connector's poll of each planned window step (``Transfers.poll``)."""
+    """The connector's poll of each planned window step (``Transfers.poll``), and the sleep
+    through each step applied (``sleep(dt)``: the event the exact loop yields, a SimPy timeout)."""
 
-    __slots__ = ("step", "xfer")
+    __slots__ = ("k", "sleep", "step", "xfer")
 
-    def __init__(self, k: StepKernel) -> None:
-        self.xfer, self.step = k.sched.transfers, 0
+    def __init__(self, k: StepKernel, sleep: Sleep) -> None:
+        self.k, self.sleep, self.xfer, self.step = k, sleep, k.sched.transfers, 0
 
     def __call__(self, now: float, step: int) -> bool:
         """Poll for window step ``step``, planned at ``now``: True when its admission pass must
@@ -72,6 +50,23 @@ class Polls:
         x.poll(now)
         self.step = step
         return bool(x.received) or x.pending > 0
+
+    def tick(self, running: list[Request], s: int, real: Collection[int], dt: float, real_counts: bool,
+             next_due: Callable[[], float]) -> Generator[object, object, float]:
+        """Sleep through the step in flight with the replica readable as the exact loop leaves it:
+        ``s`` window steps done, requests in ``real`` holding real counts (as ``pause.pause``).
+        Returns the replica's next own arrival (a request handed over meanwhile is due)."""
+        k = self.k
+        if not real_counts:
+            k.virtual_tokens = s * (len(running) - len(real))
+            yield self.sleep(dt)
+            k.virtual_tokens = 0
+            return next_due()
+        held = [r for r in running if r.uid not in real] if s else []
+        shift(held, s)
+        yield self.sleep(dt)
+        shift(held, -s)
+        return next_due()
 
     def handed_back(self, s: int) -> None:
         """The window ends after ``s`` steps: if it polled for step ``s + 1``, the exact loop

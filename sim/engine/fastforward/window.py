@@ -38,7 +38,7 @@ from sim.engine.fastforward import decoders as dec
 from sim.engine.fastforward.chunked import carried, next_chunk
 from sim.engine.fastforward.decoders import boundary, by_seq, index, join_planned, nearest, uids
 from sim.engine.fastforward.handover import close, hand_over
-from sim.engine.fastforward.lockstep import Polls, tick
+from sim.engine.fastforward.lockstep import Polls, Sleep
 from sim.engine.fastforward.ordering import Order
 from sim.engine.fastforward.pause import Pausing, never, pause
 from sim.engine.fastforward.preempt import preempt_pass, supported, victims
@@ -55,7 +55,7 @@ PROGRESS_EVERY = 2048  # records a window appends between calls of the replica's
 def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None, pull_due: Pull,
                  next_arrival: NextArrival | None = None, next_due: NextArrival | None = None,
                  pausable: bool = False, real_counts: bool = True, lazy: bool = False,
-                 lockstep: bool = False) -> Window | None:
+                 lockstep: Sleep | None = None) -> Window | None:
     """The window that runs as many steps as can be done in bulk, returning ``(time, step in
     flight)`` at the end (None: none can be). A generator: when ``pausable`` it yields the
     times to sleep until while a router acts (the replica drives it, one generator deep).
@@ -68,7 +68,8 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     arrival) lets quiet steps skip the admission pass. ``next_arrival`` is a live router's next
     arrival (it reads the replica then): pausable, the window waits there; else, sync, the step
     is handed to the exact loop as ``k.pending``, and async the window stops before planning.
-    ``lockstep``: it sleeps through each step it applies (:mod:`~sim.engine.fastforward.lockstep`).
+    ``lockstep``: it sleeps through each step it applies on ``lockstep(dt)``, a SimPy event that it
+    yields (:mod:`~sim.engine.fastforward.lockstep`).
 
     Not in bulk: paper-v0's prefill-only steps, swapped requests waiting, and speculative
     decoding (decoders advance by their accepted drafts, not in lockstep).
@@ -79,7 +80,7 @@ def fast_forward(k: StepKernel, order: Order, t: float, flight: InFlight | None,
     ok, part = carried(sched.running, order.decoding)
     if not ok:
         return None
-    polls = Polls(k) if lockstep else None
+    polls = Polls(k, lockstep) if lockstep is not None else None
     return _window(k, order.lag, t, flight, pull_due, next_arrival, next_due, pausable, real_counts, part, lazy, polls)
 
 
@@ -188,7 +189,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                     na = yield from pause(k, running, s, (), end, na, router, real_counts)
                     due, held = own() if quiet else due, True
                 elif polls is not None:  # the step in flight (async: step s; sync: s1)
-                    due = yield from tick(k, running, s, (), p_dt if lag else dt, real_counts, own)
+                    due = yield from polls.tick(running, s, (), p_dt if lag else dt, real_counts, own)
                 free_blocks = fq.size if fq is not None else kv.num_free_blocks
                 shared = pool.shared_excess if pool is not None else kv.shared_excess
                 comp = ctx - decoders if lag else ctx  # token states held when the record is taken
@@ -245,7 +246,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             na = yield from pause(k, running, s, uids(plan) | {r.uid for r in p_done}, t, na, router, real_counts)
             due = own() if quiet else due
         elif lag and polls is not None and landing:  # lockstep: sleep through step s (in flight)
-            due = yield from tick(k, running, s, uids(plan) | {r.uid for r in p_done}, p_dt, real_counts, own)
+            due = yield from polls.tick(running, s, uids(plan) | {r.uid for r in p_done}, p_dt, real_counts, own)
         if landing:  # async: step s lands at t, after step s1 was planned
             extra = k.computed_of(plan.scheduled) if plan is not None else 0
             land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, c0_sum + decoders * s + extra, nw)
@@ -272,7 +273,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             na = yield from pause(k, running, s, uids(plan), end, na, router, real_counts)
             due = own() if quiet else due
         elif not lag and polls is not None:  # lockstep: sleep through step s1
-            due = yield from tick(k, running, s, uids(plan), dt, real_counts, own)
+            due = yield from polls.tick(running, s, uids(plan), dt, real_counts, own)
         if plan is not None:  # its requests advance; a completed prefill joins the decoders
             c0_in, n_in, pages_in, part = join_planned(plan, end, lag, s1, fin, ends, buckets, paged, partial)
             c0_sum, decoders, pages = c0_sum + c0_in, decoders + n_in, pages + pages_in
