@@ -96,8 +96,9 @@ def run_worker(tree: Path, worker: str, job: dict, mark: str) -> dict:
 
 @contextmanager
 def worktree(rev: str) -> Iterator[Path]:
-    """``rev`` checked out into a temporary ``git worktree`` (removed on exit); exits with status 2
-    when it cannot be checked out. Also used by ``bench_pd.py``."""
+    """``rev`` checked out into a temporary ``git worktree`` (removed on exit), its optional C
+    extensions built in place (:func:`build_extensions`); exits with status 2 when it cannot be
+    checked out. Also used by ``bench_pd.py``."""
     with tempfile.TemporaryDirectory(prefix="kvsim-bench-base-") as tmp:
         base = Path(tmp) / "base"
         add = subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), rev],
@@ -106,10 +107,26 @@ def worktree(rev: str) -> Iterator[Path]:
             print(f"git worktree add {rev} failed:\n{add.stderr}", file=sys.stderr)
             raise SystemExit(2)
         try:
+            print(f"base {rev}: {build_extensions(base)} compiled extensions; working tree: "
+                  f"{len(extensions(REPO))}", flush=True)
             yield base
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)],
                            capture_output=True, text=True)
+
+
+def extensions(tree: Path) -> list[Path]:
+    """The compiled extension modules built in ``tree``."""
+    return sorted(p for ext in ("so", "pyd") for p in (tree / "sim").rglob(f"*.{ext}"))
+
+
+def build_extensions(tree: Path) -> int:
+    """Build ``tree``'s optional C extensions in place, as ``pip install`` does, so that a base is
+    timed as its users ran it, like the working tree (a fresh worktree has none: without this its
+    hot loops would run as Python). Returns how many it has; a failed build leaves it pure Python."""
+    subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "build_ext", "--inplace", "-q"],
+                   cwd=tree, capture_output=True, text=True)
+    return len(extensions(tree))
 
 
 def run_side(tree: Path, trace: Path, limit: int, modes: list[str], config: dict) -> dict:

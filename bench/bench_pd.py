@@ -3,8 +3,9 @@
 Issue 50 asks that a P/D cluster on the bundled Mooncake slice run at least 3x faster than
 ``--exact-steps`` did before P/D instances fast-forwarded (base ``f327e0c``: prefill and
 decode instances always stepped exactly). Through ``bench_compare.py``'s helpers, the base is checked out
-into a temporary ``git worktree``, and each round runs both trees in fresh interpreters,
-alternating the order. Each run times ``run_cluster`` only (trace loading and imports are
+into a temporary ``git worktree`` with its C extensions built (as the working tree's are), and each
+round runs both trees in fresh interpreters, alternating the order; the ratio is given of the
+medians and per round (a round's two runs are back to back: the machine's drift cancels more). Each run times ``run_cluster`` only (trace loading and imports are
 not timed) and hashes every column of the requests and steps frames: in every column both trees
 write, every mode of both trees must give the same bytes, else a loud MISMATCH.
 
@@ -79,8 +80,10 @@ def main() -> int:
     differ = sorted(k for k in shared if len({c[k] for c in cols}) > 1)
     print(f"\n{a.flow}, {a.rounds} rounds, median wall s: base exact {med['base', 'exact']:.2f}, "
           f"head exact {med['head', 'exact']:.2f}, head fast-forward {med['head', 'fast-forward']:.2f}")
+    paired = sorted(b["exact"]["wall_s"] / h["fast-forward"]["wall_s"] for b, h in zip(runs["base"], runs["head"], strict=True))
     print(f"speed-up vs the base's exact steps: {med['base', 'exact'] / med['head', 'fast-forward']:.2f}x "
-          f"(target >= 3); vs the head's own exact steps: {med['head', 'exact'] / med['head', 'fast-forward']:.2f}x")
+          f"(target >= 3; per round {paired[0]:.2f}x to {paired[-1]:.2f}x, median {statistics.median(paired):.2f}x); "
+          f"vs the head's own exact steps: {med['head', 'exact'] / med['head', 'fast-forward']:.2f}x")
     print(f"outputs: {len(shared)} shared columns identical in every mode" if not differ else f"MISMATCH in {differ}")
     if new:
         print(f"columns not in every run (not compared): {new}")
