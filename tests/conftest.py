@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,15 @@ BUNDLED = REPO / "workloads" / "data" / "azure_conv_slice.csv"
 def make_trace(rows: list[dict[str, Any]], path: str = "<memory>") -> Trace:
     df = validate(pd.DataFrame(rows), path)
     return Trace(df=df, path=path, format="normalized")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures() -> Iterator[None]:
+    """Close what a test drew: the plotting API returns open figures, which pyplot keeps."""
+    yield
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        plt.close("all")
 
 
 @pytest.fixture
