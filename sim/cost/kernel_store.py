@@ -81,7 +81,8 @@ class Store:
                 have = ", ".join(sorted(self.meta["tables"])) or "none"
                 raise ConfigError(f"kernel tables: {self.gpu} has no '{table}' table "
                                   f"(aiconfigurator-core {self.package_version} has: {have})")
-            self._frames[table] = pd.read_parquet(DATA_DIR / self.gpu / f"{table}.parquet")
+            # one thread: the tables are small, and pyarrow's pool costs ~20 ms to start in a fresh process
+            self._frames[table] = pd.read_parquet(DATA_DIR / self.gpu / f"{table}.parquet", use_threads=False)
         return self._frames[table]
 
     def built(self, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
