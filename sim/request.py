@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+Content = tuple[Any, ...]  # ("ids", token ids) | ("hash", hash ids, tokens_per_hash) | ("shared", key)
+
 
 class Status(IntEnum):
     WAITING = 0
@@ -32,7 +34,7 @@ class Request:
     prompt_tokens: int
     output_tokens: int             # output length: the trace's, cut at max_model_len (length_capped)
     priority: int = 0
-    content: object = None         # None | ("ids", tuple) | ("hash", tuple, tokens_per_hash) | ("shared", key)
+    content: Content | None = None  # None: no content (keys unique to the request)
     parent: int = -1               # uid of the parent request for fanned-out samples
     group: list[Request] | None = None  # paper-v0 fork mode: the sequence group, leader first
     beam: bool = False             # the group is a beam search (members re-fork every step)

@@ -248,7 +248,7 @@ def load_servegen_trace(path: Path, opts: ReadOptions) -> Trace:
         agg = aggregate_rate(data)
         rate = float(agg[(agg.index + RATE_WINDOW_S > start) & (agg.index < start + dur)].mean())
     df = build_trace(data, np.random.default_rng(opts.seed), total_rate=float(rate),  # type: ignore[arg-type]
-                     start_s=start, duration_s=dur, clients=clients)  # type: ignore[arg-type]
+                     start_s=start, duration_s=dur, clients=clients)
     return Trace(df=validate(df, str(path)), path=str(path), format="servegen",
                  notes=(f"built from {data.model}: {len(clients or data.clients)} clients, "
                         f"{dur:g} s from {start:g} s, mean rate {rate:g} req/s, seed {opts.seed}",))

@@ -86,7 +86,7 @@ def rich_table(plan: Plan) -> Table:
         ok = bool(r["slo_pass"])
         price_flag = "*" if r["price_unverified"] else ""
         t.add_row(
-            str(int(i) + 1), str(r["gpu"]), str(r["tp"]), "unified" if r.get("shape", "unified") == "unified" else f"{r['shape']} {r['router']}",  # type: ignore[call-overload]
+            str(int(i) + 1), str(r["gpu"]), str(r["tp"]), "unified" if r.get("shape", "unified") == "unified" else f"{r['shape']} {r['router']}",
             str(r["knobs"]).replace(" ", "\n"),
             "infeasible" if INFEASIBLE in str(r["note"]) else f"{r['replicas']} ({r['gpus']})"
             + (f" [{r['replicas_pessimistic']}]" if r.get("replicas_pessimistic", pd.NA) is not pd.NA else ""),
@@ -264,7 +264,7 @@ def register(app: typer.Typer) -> None:
                           "(replicas share bursts behind the router); see Notes in plan.md", highlight=False)
         for i, r in result.table.iterrows():
             if INFEASIBLE in str(r["note"]):
-                console.print(f"#{int(i) + 1} {r['gpu']} tp{r['tp']}: {r['note']}", highlight=False)  # type: ignore[call-overload]
+                console.print(f"#{int(i) + 1} {r['gpu']} tp{r['tp']}: {r['note']}", highlight=False)
         console.print(f"planned {len(cands)} candidates in {wall:.1f} s ({backend}, {workers} workers); "
                       f"wrote {out_dir}/ ({', '.join(p.name for p in paths.values())})")
 

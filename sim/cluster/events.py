@@ -36,7 +36,7 @@ class KvEventLog:
     events: list[Event] = field(default_factory=list)
 
 
-class _EventedCache(dict):  # type: ignore[type-arg]
+class _EventedCache(dict):
     """The pool's ``key -> block`` map, logging stores of new keys and deletes."""
 
     __slots__ = ("_add", "_clock")

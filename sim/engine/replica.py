@@ -235,7 +235,7 @@ class Replica(KernelViews, Waits):
                     yield self._routed()  # type: ignore[misc]
                     ask = window.send(None)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
 
     def _reject_head(self) -> None:
         """Nothing runs and nothing was scheduled: the waiting head can never run; reject it."""

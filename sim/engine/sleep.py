@@ -47,7 +47,7 @@ def first_of(timeout: simpy.Event, wake: simpy.Event) -> simpy.Event:
         if not done.triggered:
             done.succeed()
 
-    timeout.callbacks.append(fire)  # type: ignore[union-attr]  # (a timeout is pending: it has callbacks)
+    timeout.callbacks.append(fire)  # (a timeout is pending: it has callbacks)
     if wake.callbacks is None:  # processed already: the condition would succeed at once
         fire(wake)
     else:

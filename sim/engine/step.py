@@ -104,7 +104,7 @@ class StepKernel:
     def batch(self, plan: StepPlan) -> StepBatch:
         """Describe the step for the cost model (prefill vs decode work, pages touched)."""
         if BATCH is not None:  # the loop below, compiled
-            return BATCH(plan, self.page_size, self.block_bytes, StepBatch)  # type: ignore[no-any-return]
+            return BATCH(plan, self.page_size, self.block_bytes, StepBatch)
         B = self.page_size
         pf_tok = pf_seqs = pf_ctx = dec = dec_ctx = pages = 0
         pairs = 0.0

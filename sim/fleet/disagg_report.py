@@ -68,7 +68,7 @@ def _one(r: pd.Series) -> str:
 
 def _verdict(gpu: str, tp: int, u: pd.Series | None, x: pd.Series | None) -> str:
     if u is None or x is None:
-        have = _one(u if u is not None else x) if (u is not None or x is not None) else "none"  # type: ignore[arg-type]
+        have = _one(u if u is not None else x) if (u is not None or x is not None) else "none"
         return f"- **{gpu} TP{tp}**: only one kind passes at some load; {have}."
     ru, rx = float(u["requests_per_gpu_dollar"]), float(x["requests_per_gpu_dollar"])
     xpyd = rx > ru
@@ -104,7 +104,7 @@ def breakdown_table(t: pd.DataFrame) -> list[str]:
             "TTFT mean", "busy unified", "busy prefill", "busy decode", "link util", "blocked pulls/1k", "binding"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, r in t.iterrows():
-        cells = [str(int(i) + 1), str(r["gpu"]), str(r["tp"]), str(r["shape"]), str(r["router"]),  # type: ignore[call-overload]
+        cells = [str(int(i) + 1), str(r["gpu"]), str(r["tp"]), str(r["shape"]), str(r["router"]),
                  str(r["knobs"]),
                  _num(r["max_qps_per_replica"], ".2f"), _num(r["requests_per_gpu_dollar"], ",.0f"),
                  *(_num(r[f"ttft_{p}"], ".3f") for p in PARTS), _num(r["ttft_mean"], ".3f"),
@@ -125,7 +125,7 @@ def disagg_section(plan: Plan) -> list[str]:
              "(one unit's QPS x 3600 / (its GPUs x $/GPU-hour)). Another SLO can reverse the verdict: rerun with it.",
              *_tuned(plan), ""]
     for (gpu, tp), rows in t.groupby(["gpu", "tp"], sort=False):
-        lines.append(_verdict(str(gpu), int(tp), _best(rows[rows["shape"] == "unified"]),  # type: ignore[call-overload]
+        lines.append(_verdict(str(gpu), int(tp), _best(rows[rows["shape"] == "unified"]),
                               _best(rows[rows["shape"] != "unified"])))
     ok = t[t["slo_pass"].astype(bool)]
     bu, bx = (ok[ok["shape"] == "unified"], ok[ok["shape"] != "unified"])

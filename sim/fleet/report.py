@@ -65,7 +65,7 @@ def markdown_table(table: pd.DataFrame) -> str:
             cells[cols.index("replicas")] = "infeasible"
         if c_ci := f"{r['qps_ci_low']:.1f}–{r['qps_ci_high']:.1f}":
             cells[cols.index("max_qps_per_replica")] += f" ({c_ci})"
-        lines.append(f"| {int(i) + 1} | " + " | ".join(cells) + " |")  # type: ignore[call-overload]
+        lines.append(f"| {int(i) + 1} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -160,7 +160,7 @@ def cost_models(table: pd.DataFrame, inputs: dict[str, Any]) -> str:
 
 def notes_section(table: pd.DataFrame) -> list[str]:
     """Per-row notes (infeasibility, failed replays, prices) and the binding labels used."""
-    lines = [f"- #{int(i) + 1} {r['gpu']} TP{r['tp']}{unit_suffix(r)}: {r['note']}"  # type: ignore[call-overload]
+    lines = [f"- #{int(i) + 1} {r['gpu']} TP{r['tp']}{unit_suffix(r)}: {r['note']}"
              for i, r in table.iterrows() if str(r["note"])]
     if "headroom_pct" in table and (table["headroom_pct"] < 0).any():
         lines.append(NEGATIVE_HEADROOM)

@@ -13,7 +13,7 @@ import numpy as np
 
 from sim.collector import paused
 from sim.config.schema import SimConfig
-from sim.request import Request
+from sim.request import Content, Request
 from workloads.resolution import spread_arrivals
 from workloads.schema import Trace
 
@@ -57,7 +57,7 @@ def make_requests(trace: Trace, cfg: SimConfig) -> list[Request]:
             # (the loop below makes the same requests: uid = row, no content, parent or group)
             return list(map(Request, range(len(arrival)), rid, arrival, prompt, output, prio or repeat(0)))
         for i in range(len(arrival)):
-            content: object = None
+            content: Content | None = None
             if caching:
                 if ids is not None and isinstance(ids[i], (list, tuple, np.ndarray)):
                     content = ("ids", tuple(int(x) for x in ids[i]))

@@ -33,4 +33,4 @@ def table_of(req: Request) -> BlockTable:
     t = req.kv
     if t is None:
         t = req.kv = BlockTable()
-    return t  # type: ignore[no-any-return]
+    return t

@@ -67,7 +67,7 @@ class HybridAllocator(KvCacheManager):
         t = req.kv
         if t is None:
             t = req.kv = HybridTable([BlockTable() for _ in self.groups])
-        return t  # type: ignore[no-any-return]
+        return t
 
     def num_held_blocks(self, req: Request) -> int:
         t = req.kv

@@ -22,7 +22,7 @@ probes of every registration, lookup and eviction of such a block several times 
 from __future__ import annotations
 
 from sim.kv.block_table import BlockTable
-from sim.request import Request
+from sim.request import Content, Request
 
 UNIQUE_BASE = 1 << 24  # blocks per request addressable by the unique-content keys
 HASH_IDS = 1 << 48  # keys of blocks named by hash ids (BlockHasher._hash_ids) start here, above interned ones
@@ -37,7 +37,7 @@ def content_tokens(req: Request) -> int:
     """Tokens whose content the request names: its prompt, or more where its token ids go on
     past it (a session turn's output, which the next turn's prompt repeats: sim/run/clients.py)."""
     c = req.content
-    return max(req.prompt_tokens, len(c[1])) if c is not None and c[0] == "ids" else req.prompt_tokens  # type: ignore[index]  # (content: a tagged tuple)
+    return max(req.prompt_tokens, len(c[1])) if c is not None and c[0] == "ids" else req.prompt_tokens
 
 
 def shared_prefix_blocks(req: Request, block_size: int) -> int:
@@ -80,27 +80,8 @@ class BlockHasher:
                 j = len(hashes)
                 if j >= upto:
                     return
-        shared = min(upto, content_tokens(req) // B) if c is not None else j
-        intern = self._intern
-        kind = c[0] if c is not None else None  # type: ignore[index]  # (content: a tagged tuple)
-        parent = hashes[j - 1] if j else 0
-        if kind == "hash" and not c[2] % B and c[2] // B < 1 << 16:  # type: ignore[index]
-            j = self._hash_ids(c, hashes, j, shared)  # type: ignore[arg-type]
-        while j < shared:
-            if kind == "ids":
-                content: object = c[1][j * B:(j + 1) * B]  # type: ignore[index]
-            elif kind == "hash":
-                tph = c[2]  # type: ignore[index]
-                h0, h1 = j * B // tph, ((j + 1) * B - 1) // tph
-                content = (c[1][h0:h1 + 1], j * B - h0 * tph)  # type: ignore[index]
-            else:  # ("shared", key): fanned-out samples share their prompt
-                content = (c[1], j)  # type: ignore[index]
-            key = (parent, content)
-            v = intern.get(key)
-            if v is None:
-                v = intern[key] = len(intern) + 1
-            hashes.append(v)
-            parent, j = v, j + 1
+        if c is not None:
+            j = self._content_keys(c, hashes, j, min(upto, content_tokens(req) // B))
         while j < upto:  # past the content: unique to the request
             hashes.append(unique_key(req.uid, j))
             j += 1
@@ -109,7 +90,30 @@ class BlockHasher:
             if len(memo) > self._memo_cap:
                 del memo[next(iter(memo))]  # the oldest request's chain
 
-    def _hash_ids(self, c: tuple[str, tuple[int, ...], int], hashes: list[int], j: int, upto: int) -> int:
+    def _content_keys(self, c: Content, hashes: list[int], j: int, shared: int) -> int:
+        """Append the content keys of blocks ``len(hashes) == j .. shared - 1``; returns the next block to key."""
+        B, intern, kind = self.block_size, self._intern, c[0]
+        parent = hashes[j - 1] if j else 0
+        if kind == "hash" and not c[2] % B and c[2] // B < 1 << 16:
+            j = self._hash_ids(c, hashes, j, shared)
+        while j < shared:
+            if kind == "ids":
+                content: object = c[1][j * B:(j + 1) * B]
+            elif kind == "hash":
+                tph = c[2]
+                h0, h1 = j * B // tph, ((j + 1) * B - 1) // tph
+                content = (c[1][h0:h1 + 1], j * B - h0 * tph)
+            else:  # ("shared", key): fanned-out samples share their prompt
+                content = (c[1], j)
+            key = (parent, content)
+            v = intern.get(key)
+            if v is None:
+                v = intern[key] = len(intern) + 1
+            hashes.append(v)
+            parent, j = v, j + 1
+        return j
+
+    def _hash_ids(self, c: Content, hashes: list[int], j: int, upto: int) -> int:
         """Keys of a prompt named by hash ids of ``tph`` tokens each, ``tph`` a multiple of the
         block size (Mooncake: 512): one interned key ``H`` per hash id, chained over the ids,
         and each block's key ``HASH_IDS + H * 2**16 + (i + H) % 2**16`` (block ``i`` of that id) --
@@ -122,9 +126,8 @@ class BlockHasher:
             h, i = divmod(j, bph)
             if not i:
                 key = ("h", H, ids[h], tph)
-                H = intern.get(key)  # type: ignore[assignment]
-                if H is None:
-                    H = intern[key] = len(intern) + 1
+                got = intern.get(key)
+                H = got if got is not None else intern.setdefault(key, len(intern) + 1)
             n = min(bph - i, upto - j)
             base, o = HASH_IDS + (H << 16), (i + H) & LOW
             if o + n <= LOW + 1:

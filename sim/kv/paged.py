@@ -146,7 +146,7 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         if req.kv is None and not hits and cache and self.lazy_unique and (args := self.fresh_args) is not None:
             done = args[0](req, num_new_tokens, reserve, args)  # type: ignore[operator]  # a new table: the
             if done is not None:  # (None: it does not apply, nothing changed)              # take path below,
-                return done  # type: ignore[no-any-return]                                   # compiled
+                return done                                                                 # compiled
         need = self.can_allocate(req, num_new_tokens, hits, reserve=reserve)
         if need < 0:
             return False

@@ -63,7 +63,7 @@ class Layout:
     tables: list[dict[int, list[tuple[int, int, int]]]] = field(default_factory=list)  # uid -> [(phys, fill, state)]
 
 
-def _snap_paged(view: PagedLayout, running: Sequence, lay: Layout) -> None:  # type: ignore[type-arg]
+def _snap_paged(view: PagedLayout, running: Sequence, lay: Layout) -> None:
     B, N = view.unit_tokens, view.num_units
     owner = np.full(N, -1, np.int32)
     state = np.full(N, FREE, np.int8)
@@ -88,7 +88,7 @@ def _snap_paged(view: PagedLayout, running: Sequence, lay: Layout) -> None:  # t
     lay.tables.append(tables)
 
 
-def _snap_slab(view: SlabLayout, running: Sequence, lay: Layout) -> None:  # type: ignore[type-arg]
+def _snap_slab(view: SlabLayout, running: Sequence, lay: Layout) -> None:
     pool = view.num_units
     owner = np.full(pool, -1, np.int32)
     state = np.full(pool, FREE, np.int8)

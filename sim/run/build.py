@@ -79,7 +79,7 @@ def make_scheduler(cfg: SimConfig, budget: KvBudget, kv: KvAllocator, fork: bool
         if lag or k:
             raise ConfigError("--async-scheduling and --num-speculative-tokens need V1 steps, not the "
                               "paper-v0 preset's prefill-only ones")
-        return PaperV0Scheduler(kv, fork_cow=fork, rng=rng, **common)  # type: ignore[arg-type]
+        return PaperV0Scheduler(kv, fork_cow=fork, rng=rng, **common)
     if k and (lag or not kv.paged):
         raise ConfigError("--num-speculative-tokens is modelled with the paged allocator and sync scheduling: "
                           "add --no-async-scheduling" + ("" if kv.paged else " and --allocator paged"))

@@ -37,7 +37,7 @@ class FcfsQueue(deque[Request]):
     scan_past_self_preemption = False
 
     add = deque.append
-    pop = deque.popleft  # type: ignore[assignment]
+    pop = deque.popleft
     prepend = deque.appendleft
 
     def peek(self) -> Request | None:

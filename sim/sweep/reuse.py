@@ -16,11 +16,11 @@ from __future__ import annotations
 from sim.collector import paused
 from sim.config.schema import SimConfig
 from sim.io.ingest import make_requests
-from sim.request import Request
+from sim.request import Content, Request
 from sim.run.static import content_hash_of
 from workloads.schema import Trace
 
-Row = tuple[int, str, float, int, int, int, object, int]
+Row = tuple[int, str, float, int, int, int, Content | None, int]
 _ROWS: dict[tuple[object, ...], list[Row] | None] = {}   # None: groups, parse every time
 MAX_TRACES = 8
 

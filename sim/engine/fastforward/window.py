@@ -120,7 +120,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         p_plan, p_batch, p_dt, p_start = NO_PLAN, new_batch((0,) * 11), 0.0, t
     partial: set[int] = {part.uid} if part is not None else set()  # chunked prefills (real counts)
     cap = PROGRESS_EVERY if progress is not None else math.inf  # records before the next progress call
-    runs = QuietRuns(k, lag, buckets, (usable, nulls), register, cross,  # type: ignore[arg-type]
+    runs = QuietRuns(k, lag, buckets, (usable, nulls), register, cross,
                      Pausing(running, router, own, real_counts, lazy)
                      if pausable else None) \
         if lin is not None and quiet and cross is not None and polls is None else None
@@ -129,7 +129,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     while decoders:
         s1 = s + 1
         if progress is not None and len(log) >= cap:  # a long window drains its records (bounded memory)
-            progress()  # type: ignore[misc]
+            progress()
             cap = len(log) + PROGRESS_EVERY
         bucket = buckets[s1 % B] if paged else []
         if polls is not None:  # first, as Scheduler.schedule (a step then handed back is not polled twice)
