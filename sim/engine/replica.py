@@ -200,20 +200,19 @@ class Replica(KernelViews, Waits):
         sleep to where the window ended; return the step then in flight."""
         env, k = self.env, self.kernel
         c = k.kv.connector
-        if c is not None and c.asynchronous:  # transfers land between steps: sleep through each
+        lockstep = c is not None and c.asynchronous  # transfers land between steps: sleep through each
+        if lockstep:
             window = fast_forward(k, order, env.now, flight, self._pull_due, None, self.next_own_arrival,
                                   real_counts=self._real_counts, lockstep=env.timeout)
-            if window is None:
-                return flight
-            t, flight = yield from window  # (it yields the timeouts the exact loop would)
         else:
             pausable = self._routed is not None
             hint = self._router_next if pausable else self._next_arrival_hint if self._router_next is not None else None
             window = fast_forward(k, order, env.now, flight, self._pull_due, hint, self.next_own_arrival, pausable,
                                   self._real_counts, self._lazy)
-            if window is None:
-                return flight  # nothing in bulk from here
-            t, flight = yield from self._drive(window)
+        if window is None:
+            return flight  # nothing in bulk from here
+        # (a lockstep window yields the timeouts the exact loop would; any other asks, and _drive answers)
+        t, flight = yield from window if lockstep else self._drive(window)
         if t > env.now:
             if self.on_progress:
                 self.on_progress(self)

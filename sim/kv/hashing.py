@@ -126,8 +126,7 @@ class BlockHasher:
             h, i = divmod(j, bph)
             if not i:
                 key = ("h", H, ids[h], tph)
-                got = intern.get(key)
-                H = got if got is not None else intern.setdefault(key, len(intern) + 1)
+                H = intern.setdefault(key, len(intern) + 1)
             n = min(bph - i, upto - j)
             base, o = HASH_IDS + (H << 16), (i + H) & LOW
             if o + n <= LOW + 1:

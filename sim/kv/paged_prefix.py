@@ -164,7 +164,7 @@ class PrefixRegistration:
         hashes = table.hashes
         if len(hashes) < end:  # the content keys, computed in one loop
             self.hasher.extend(req, hashes, end)
-        keys = hashes[j0:end] if j0 < end else []
+        keys = hashes[j0:end]  # (empty when j0 >= end)
         if full > end:  # past the content: unique keys
             keys.extend(range(unique0 - max(j0, end), unique0 - full, -1))
         for b, key in zip(blocks[j0:full], keys, strict=True):
