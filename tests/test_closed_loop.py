@@ -225,19 +225,12 @@ def test_a_bench_line_sets_max_concurrency(tmp_path: Path) -> None:
     assert in_flight(req).max() == 3 and len(req) == 12
 
 
-def test_sessions_and_slots_on_a_cluster_or_together_are_refused(tmp_path: Path) -> None:
-    import yaml
-
+def test_sessions_and_slots_together_are_refused(tmp_path: Path) -> None:
     trace = tmp_path / "s.jsonl"
     write_sessions(trace)
-    cluster = tmp_path / "c.yaml"
-    cluster.write_text(yaml.safe_dump({"defaults": {"model": "llama-3.1-8b", "cost_model": "constant:0.01"},
-                                       "instances": [{"name": "a", "count": 2}]}))
-    for extra, what in ((["--cluster", str(cluster)], "a session trace with --cluster"),
-                        (["--max-concurrency", "2"], "--max-concurrency with a session trace")):
-        code, text = kvsim("simulate", str(trace), "--out", str(tmp_path / "r"), "--cost-model", "constant:0.01",
-                           "--api-server-count", "0", *extra)
-        assert code == 2 and len(text.strip().splitlines()) == 1 and what in text, text
+    code, text = kvsim("simulate", str(trace), "--out", str(tmp_path / "r"), "--cost-model", "constant:0.01",
+                       "--api-server-count", "0", "--max-concurrency", "2")
+    assert code == 2 and len(text.strip().splitlines()) == 1 and "--max-concurrency with a session trace" in text, text
 
 
 def write_sessions(path: Path) -> None:

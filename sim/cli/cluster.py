@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sim.cluster.balance import InstanceLoad
     from sim.cluster.disagg import ClusterResult
     from sim.cluster.spec import ClusterSpec
+    from sim.run.clients import ClientSpec
     from workloads.schema import Trace
 
 
@@ -155,9 +156,10 @@ def override_lines(spec: ClusterSpec) -> list[str]:
     return out
 
 
-def simulate_cluster(cluster: Path, tr: Trace, out: Path, keys: dict[str, Any] | None = None) -> None:
+def simulate_cluster(cluster: Path, tr: Trace, out: Path, keys: dict[str, Any] | None = None,
+                     clients: ClientSpec | None = None) -> None:
     """Load, run, write, print (the ``--cluster`` branch of ``kvsim simulate``). ``keys``: the
-    command line's simulate options, every instance's defaults."""
+    command line's simulate options, every instance's defaults; ``clients``: closed-loop sending."""
     from rich.console import Console
 
     from sim.cli.cluster_table import cluster_table
@@ -168,7 +170,7 @@ def simulate_cluster(cluster: Path, tr: Trace, out: Path, keys: dict[str, Any] |
 
     spec = load_cluster(cluster, keys)
     t0 = time.perf_counter()
-    res = run_cluster(spec, tr)
+    res = run_cluster(spec, tr, clients=clients)
     sim_s = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
     res.requests.to_parquet(out / "requests.parquet", index=False)
@@ -178,6 +180,7 @@ def simulate_cluster(cluster: Path, tr: Trace, out: Path, keys: dict[str, Any] |
     summary = cluster_json(spec, res, sim_s, rows, warnings)
     summary["prefix_bounds"] = prefix_bounds(spec, tr)
     summary["cost_basis"] = cost_bases(spec, res)
+    summary["clients"] = clients_doc(clients, tr)
     (out / "cluster.json").write_text(json.dumps(summary, indent=2, default=str))
     ttft_breakdown(res.requests, f"TTFT breakdown: {cluster.name} on {tr.path.split('/')[-1]}").savefig(
         out / "ttft_breakdown.png", dpi=120)
@@ -191,3 +194,13 @@ def simulate_cluster(cluster: Path, tr: Trace, out: Path, keys: dict[str, Any] |
     for w in warnings:
         err.print(f"[yellow]warning: {w}[/yellow]")
     err.print(f"wrote {out}/requests.parquet, steps.parquet, cluster.json, plots")
+
+
+def clients_doc(clients: ClientSpec | None, tr: Trace) -> dict[str, Any] | None:
+    """How the requests were sent (None: open loop, at the trace's times)."""
+    from sim.run.clients import sessions_of
+
+    n = clients.max_concurrency if clients is not None else None
+    if n is None and sessions_of(tr) is None:
+        return None
+    return {"max_concurrency": n, "sessions": n is None, "steps": "exact (sim/cluster/sends.py)"}

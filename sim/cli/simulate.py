@@ -21,9 +21,8 @@ from sim.cli.progress import progress
 from sim.config.bench_result import bench_result, check_writable, write_result
 from sim.config.schema import SimConfig
 from sim.config.vllm_bench import VllmBench
-from sim.errors import ConfigError
 from sim.io import fmt
-from sim.run.clients import ClientSpec, sessions_of
+from sim.run.clients import ClientSpec
 from sim.run.simulate import SimResult
 from sim.run.simulate import simulate as run_simulation
 from workloads.load import Load, workload_of
@@ -123,15 +122,11 @@ def register(app: typer.Typer) -> None:
         load = o.load_of(request_rate, burstiness, bench, o.rescaled(cfg))
         clients = ClientSpec(max_concurrency if max_concurrency is not None else
                              bench.max_concurrency if bench is not None else None)
-        if cluster is not None and clients.max_concurrency is not None:
-            raise ConfigError("not modelled yet: --max-concurrency with --cluster (a single replica's run only)")
         if cluster is not None:  # the cluster runtime (sim/cli/cluster.py): the flags are every instance's defaults
             refuse_single_only(check=check, summary_only=summary_only, stream=stream, save_result=save_result)
             ctr = workload_of(load, trace, bundled_trace(), cfg.seed, fmt=format, skip_bad=skip_bad)
-            if sessions_of(ctr) is not None:
-                raise ConfigError("not modelled yet: a session trace with --cluster (a single replica's run only)")
             check_servegen_rate(ctr, cfg.rate_scale, cfg.total_rate)
-            return simulate_cluster(cluster, ctr, out, keys)
+            return simulate_cluster(cluster, ctr, out, keys, clients)
         if save_result is not None:
             check_writable(save_result)
         console = Console(stderr=True)

@@ -12,7 +12,8 @@ Flows, at each arrival (the router process wakes first at that instant, :mod:`si
   is done (on the decode pool's state then).
 
 Every instance fast-forwards; prefill and decode instances in lockstep with SimPy, since their
-connectors complete transfers between steps (:mod:`sim.engine.fastforward.lockstep`).
+connectors complete transfers between steps (:mod:`sim.engine.fastforward.lockstep`). Behind
+closed-loop clients every instance takes exact steps (:mod:`sim.cluster.sends`).
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ import simpy
 from sim.cluster.links import Link, make_link
 from sim.cluster.monitor import SloMonitor
 from sim.cluster.pd import DecodeReceiver, PrefillSender, PullRecord
-from sim.cluster.policies import Policy, RouterState
-from sim.cluster.router import RouterSpec
+from sim.cluster.role_pool import RolePool
+from sim.cluster.sends import behind_router
 from sim.cluster.slo import Slo
 from sim.cluster.spec import ClusterSpec, Instance
-from sim.cluster.view import make_view
 from sim.collector import no_collections
 from sim.engine.replica import Replica
 from sim.engine.sleep import sleep_until
@@ -46,6 +46,7 @@ from sim.kv.base import cdiv
 from sim.kv.hashing import BlockHasher
 from sim.request import Request, Status
 from sim.run.build import build, new_replica
+from sim.run.clients import ClientSpec, closed_loop
 from workloads.schema import Trace
 
 MEMO = 8192  # requests whose prompt-block keys the cluster's hasher keeps (kv/hashing.py)
@@ -66,25 +67,6 @@ class ClusterResult:
     failing: tuple[str, ...] = ()     # when aborted: the targets that were certain to fail
 
 
-class _Pool:
-    """One role's instances behind one routing policy (and its view of their caches)."""
-
-    def __init__(self, idx: list[int], reps: list[Replica], spec: RouterSpec, hasher: BlockHasher) -> None:
-        self.idx, self.reps = idx, reps
-        self.choose: Policy = spec.make()
-        self.state = RouterState([1.0] * len(reps), hasher.block_size)
-        if spec.uses_view:
-            self.state.view = make_view(spec.view, reps, hasher.block_size, spec.delay_s, hasher)
-
-    def pick(self, r: Request, now: float) -> int:
-        st = self.state
-        st.now = now
-        k = self.choose(r, self.reps, st) if len(self.reps) > 1 else 0
-        if st.view is not None:
-            st.view.routed(r, self.reps[k], now)
-        return k
-
-
 def _prefill_clone(r: Request) -> Request:
     """The request as the prefill instance runs it: its prompt and one output token."""
     return Request(uid=r.uid, request_id=r.request_id, arrival_s=r.arrival_s, prompt_tokens=r.prompt_tokens,
@@ -92,7 +74,7 @@ def _prefill_clone(r: Request) -> Request:
 
 
 class ClusterRun:
-    def __init__(self, spec: ClusterSpec, trace: Trace) -> None:
+    def __init__(self, spec: ClusterSpec, trace: Trace, clients: ClientSpec | None = None) -> None:
         self.spec = spec
         self.env = env = simpy.Environment()
         self.reps: list[Replica] = []
@@ -109,9 +91,9 @@ class ClusterRun:
             if isinstance(getattr(rep.kv, "hasher", None), BlockHasher):
                 rep.kv.hasher = hasher  # type: ignore[attr-defined]  # (a paged pool's; a slab has none)
         front = [k for k, r in enumerate(roles) if r in ("unified", "decode")]
-        self.front = _Pool(front, [self.reps[k] for k in front], spec.router, hasher)
+        self.front = RolePool(front, [self.reps[k] for k in front], spec.router, hasher)
         back = [k for k, r in enumerate(roles) if r == "prefill"]
-        self.back = _Pool(back, [self.reps[k] for k in back], spec.prefill_router, hasher) if back else None
+        self.back = RolePool(back, [self.reps[k] for k in back], spec.prefill_router, hasher) if back else None
         self.links: dict[tuple[int, int], Link] = {}
         self.sent = make_requests(trace, spec.instances[front[0]].config)  # uid order
         self.fe = fleet_frontend([spec.instances[k].config for k in front])  # the front instances' API servers
@@ -119,11 +101,14 @@ class ClusterRun:
         self.reqs = self.sent  # in engine-arrival order, the router's
         if self.fe is not None:
             self.ing, self.reqs = enter(self.sent, self.fe)
+        self.loop = closed_loop(clients, trace, self.sent, self.fe)  # None: open loop
+        if self.loop is not None:  # the router's first arrivals; the rest sent at finishes
+            self.reqs = behind_router(self.loop, self.reps, roles, self._dispatch)
         self.clones: dict[int, Request] = {}
         self.decode_of: dict[int, int] = {}      # uid -> decode instance (decode-first)
         self.prefill_of: dict[int, int] = {}
         self.records: dict[int, PullRecord] = {}
-        self.instance = np.full(len(self.reqs), -1, dtype=np.int64)
+        self.instance = np.full(len(self.sent), -1, dtype=np.int64)
         self._next = 0
         env.process(self._route())
         for k, rep in enumerate(self.reps):  # (lockstep windows keep per-request counts only for a router that reads them)
@@ -172,26 +157,29 @@ class ClusterRun:
 
     # ---- the flows ------------------------------------------------------------------------------
     def _route(self) -> Generator[simpy.Event, Any, None]:
-        env, spec, B = self.env, self.spec, self.front.state.block_size
+        env = self.env
         for i, r in enumerate(self.reqs):
             if r.arrival_s > env.now:
                 yield from sleep_until(env, r.arrival_s, urgent=True)
             self._next = i + 1
-            now = env.now
-            if self.back is None or spec.flow == "decode-first":
-                k = self.front.pick(r, now)
-                d = self.front.idx[k]
-                view = self.front.state.view
-                uncached = r.prompt_tokens - (view.hits(r, self.reps[d], now) * B if view is not None else 0)
-                if self.back is None or uncached < spec.threshold:
-                    self.instance[r.uid] = d
-                    self.reps[d].submit(r)  # unified, or llm-d's threshold rule: prefill locally
-                    continue
-                self.decode_of[r.uid] = d
-            p = self.back.idx[self.back.pick(r, now)]
-            self.prefill_of[r.uid] = p
-            clone = self.clones[r.uid] = _prefill_clone(r)
-            self.reps[p].submit(clone)
+            self._dispatch(r)
+
+    def _dispatch(self, r: Request) -> None:
+        """Route ``r`` now (an arrival, or a closed-loop client's send: :mod:`sim.cluster.sends`)."""
+        now, spec, B = self.env.now, self.spec, self.front.state.block_size
+        if self.back is None or spec.flow == "decode-first":
+            d = self.front.idx[self.front.pick(r, now)]
+            view = self.front.state.view
+            uncached = r.prompt_tokens - (view.hits(r, self.reps[d], now) * B if view is not None else 0)
+            if self.back is None or uncached < spec.threshold:
+                self.instance[r.uid] = d
+                self.reps[d].submit(r)  # unified, or llm-d's threshold rule: prefill locally
+                return
+            self.decode_of[r.uid] = d
+        p = self.back.idx[self.back.pick(r, now)]
+        self.prefill_of[r.uid] = p
+        clone = self.clones[r.uid] = _prefill_clone(r)
+        self.reps[p].submit(clone)
 
     def _prefilled(self, clone: Request) -> None:
         """``clone`` finished on its prefill instance: hand the request to its decode instance."""
@@ -212,6 +200,8 @@ class ClusterRun:
         self.reps[d].submit(r)
 
     def run(self, stop_on_fail: tuple[Slo, int] | None = None, checks: int = 40) -> ClusterResult:
+        if stop_on_fail is not None and self.loop is not None:
+            raise ConfigError("not modelled yet: an SLO-stopped cluster run with closed-loop clients")
         aborted, failing = False, tuple[str, ...]()
         with no_collections():  # (the result too: the step logs' records are laid out before collection resumes)
             if stop_on_fail is None:
@@ -291,10 +281,11 @@ class ClusterRun:
 
 
 def run_cluster(spec: ClusterSpec, trace: Trace, *, stop_on_fail: tuple[Slo, int] | None = None,
-                checks: int = 40) -> ClusterResult:
-    """Simulate ``trace`` on the cluster ``spec``.
+                checks: int = 40, clients: ClientSpec | None = None) -> ClusterResult:
+    """Simulate ``trace`` on the cluster ``spec``; ``clients``: closed-loop sending
+    (:mod:`sim.cluster.sends`).
 
     ``stop_on_fail=(slo, skip)`` checks ``checks`` times over the trace's span whether the SLO
     (on requests ``skip:``) can still pass, and stops when it cannot (:mod:`sim.cluster.monitor`,
     as :func:`sim.cluster.replay.replay_fleet`); unfinished requests then count as misses."""
-    return ClusterRun(spec, trace).run(stop_on_fail, checks)
+    return ClusterRun(spec, trace, clients).run(stop_on_fail, checks)

@@ -18,7 +18,9 @@ finishes or is rejected: a request's send time is known then, so it goes into th
 inbox at once (:meth:`~sim.engine.replica.Replica.submit_sent`), as a trace replay's are. A
 fast-forward window lands finishes in the same order and at the same times as exact steps and
 re-reads the inbox's next arrival after each one, so results are bit-identical to
-``--exact-steps`` (tested). A request's ``arrival_s`` is its send time.
+``--exact-steps`` (tested). A request's ``arrival_s`` is its send time. Behind a fleet's router
+the hook is every instance's, and a send goes to the router at its time
+(:mod:`sim.cluster.sends`).
 
 Not modelled yet (refused): both kinds at once (a slot would go to a turn not yet ready, so the
 choice needs times not known at the finish); fanned-out samples (``n > 1``); and the API server in
@@ -31,7 +33,7 @@ send it caused. A closed loop behind the API server needs egress solved as the r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +65,7 @@ class ClosedLoop:
         self.after = {int(p): i for i, p in enumerate(follows.tolist()) if p >= 0}  # uid -> its session's next turn
         self.think = think
         self.sent = 0
-        self.rep: Replica | None = None
+        self.send: Callable[[Request], None] | None = None
 
     def first(self) -> list[Request]:
         """The requests sent at their own times (arrival order)."""
@@ -75,27 +77,32 @@ class ClosedLoop:
 
     def feed(self, rep: Replica) -> None:
         """Submit the first requests to ``rep`` and hook its finishes."""
-        self.rep = rep
         rep.submit_all(self.first())
-        rep.kernel.on_done = self.done
+        self.hook([rep], rep.submit_sent)
+
+    def hook(self, reps: Iterable[Replica], send: Callable[[Request], None]) -> None:
+        """Hook every replica's finishes; a request is then sent with ``send`` (its time set)."""
+        self.send = send
+        for rep in reps:
+            rep.kernel.on_done = self.done
 
     def done(self, gone: list[Request], t: float) -> None:
         """``gone`` left the engine at ``t``: send what that frees (a slot, a session's next turn)."""
-        rep = self.rep
-        assert rep is not None  # (fed)
+        send = self.send
+        assert send is not None  # (hooked)
         for r in gone:
             if self.slots is not None:
                 if self.sent < len(self.reqs):
                     nxt = self.reqs[self.sent]
                     self.sent += 1
                     nxt.arrival_s = max(nxt.arrival_s, t)
-                    rep.submit_sent(nxt)
+                    send(nxt)
                 continue
             i = self.after.get(r.uid)
             if i is not None:
                 nxt = self.reqs[i]
                 nxt.arrival_s = t + float(self.think[i])
-                rep.submit_sent(nxt)
+                send(nxt)
 
 
 def sessions_of(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:

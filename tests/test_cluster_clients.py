@@ -1,0 +1,90 @@
+"""Closed-loop clients behind a cluster's router (issue 49; sim/cluster/sends.py).
+
+A one-instance cluster must send and time every request as one replica does (``simulate``'s
+closed loop, itself checked by hand in tests/test_closed_loop.py); across instances the loop's
+rules hold per request: at most N in flight, a send at the trace's time or at a finish, a turn
+``think_time_s`` after its previous turn's last token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from sim.cluster.disagg import run_cluster
+from sim.cluster.spec import parse_cluster
+from sim.config import make_config
+from sim.errors import ConfigError
+from sim.run.clients import ClientSpec
+from sim.run.simulate import simulate
+from tests.helpers import conv_slice
+from tests.test_closed_loop import in_flight, kvsim, session_trace
+
+CONST = {"model": "llama-3.1-8b", "cost_model": "constant:0.01", "api_server_count": 0, "async_scheduling": False}
+
+
+def fleet(n: int, trace: Any, slots: int | None, router: str = "least-outstanding-tokens") -> pd.DataFrame:
+    spec = parse_cluster({"router": router, "instances": [{"name": "r", "count": n}]}, "test", CONST)
+    return run_cluster(spec, trace, clients=ClientSpec(slots)).requests
+
+
+@pytest.mark.parametrize(("slots", "sessions"), [(1, False), (4, False), (None, True)])
+def test_one_instance_cluster_sends_and_times_as_one_replica(slots: int | None, sessions: bool) -> None:
+    tr = session_trace() if sessions else conv_slice(60, speed=20.0)
+    one = simulate(make_config(**CONST), tr, clients=ClientSpec(slots)).requests
+    got = fleet(1, tr, slots)
+    cols = [c for c in one.columns if c in got.columns]
+    assert {"arrival_s", "first_token_s", "finish_s", "prefix_hit_tokens"} <= set(cols)
+    pd.testing.assert_frame_equal(got[cols], one[cols], check_exact=True)
+    assert (one["arrival_s"] > tr.df["arrival_s"]).any(), "nothing waited for a client: the test proves nothing"
+
+
+def test_across_instances_at_most_n_in_flight_each_sent_at_its_time_or_a_finish() -> None:
+    tr = conv_slice(60, speed=20.0)
+    req = fleet(3, tr, 5)
+    assert (req["status"] == "finished").all()
+    assert req["instance"].nunique() == 3  # the router spread the sends
+    assert in_flight(req).max() == 5
+    sent, own = req["arrival_s"].to_numpy(), tr.df["arrival_s"].to_numpy()
+    late = sent > own
+    assert (sent >= own).all() and late.any()
+    assert np.isin(sent[late], req["finish_s"].to_numpy()).all()
+
+
+def test_across_instances_a_turn_goes_its_think_time_after_the_last_token() -> None:
+    tr = session_trace()
+    req = fleet(3, tr, None, router="kv-aware")
+    df = tr.df
+    assert (req["status"] == "finished").all() and req["instance"].nunique() > 1
+    for _, s in df.groupby("session_id"):
+        s = s.sort_values("turn")
+        uids = s.index.to_numpy()
+        prev, nxt = req.loc[uids[:-1]], req.loc[uids[1:]]
+        want = prev["finish_s"].to_numpy() + s["think_time_s"].to_numpy()[1:]
+        assert (nxt["arrival_s"].to_numpy() == want).all()
+    assert req["prefix_hit_tokens"].sum() > 0  # later turns found their session's blocks
+
+
+def test_a_prefill_decode_split_with_clients_is_refused_in_one_line(tmp_path: Path) -> None:
+    spec = parse_cluster({"defaults": CONST, "instances": [{"name": "p", "role": "prefill"},
+                                                            {"name": "d", "role": "decode"}]}, "test")
+    with pytest.raises(ConfigError, match="not modelled yet: closed-loop clients .* prefill"):
+        run_cluster(spec, conv_slice(10), clients=ClientSpec(2))
+
+
+def test_simulate_cluster_with_max_concurrency_records_its_clients(tmp_path: Path) -> None:
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(yaml.safe_dump({"defaults": CONST, "instances": [{"name": "a", "count": 2}]}))
+    code, text = kvsim("simulate", "--cluster", str(cluster), "--out", str(tmp_path / "r"),
+                       "--cost-model", "constant:0.01", "--api-server-count", "0", "--max-concurrency", "3")
+    assert code == 0, text
+    import json
+
+    doc = json.loads((tmp_path / "r" / "cluster.json").read_text())
+    assert doc["clients"]["max_concurrency"] == 3
+    req = pd.read_parquet(tmp_path / "r" / "requests.parquet")
+    assert in_flight(req).max() == 3
