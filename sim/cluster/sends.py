@@ -12,6 +12,11 @@ a fast-forward gives, at exact steps' speed), and a send is routed by the cluste
 - on an urgent SimPy event at its time otherwise (a session's think time, a rate's later
   arrival), as the router routes a trace's arrivals.
 
+Not lockstep windows (:mod:`sim.engine.fastforward.lockstep`), which P/D instances use: a send
+is routed from inside the finishing instance's window, whose decoders' counts are then still
+virtual, so a router that reads them (least-outstanding-tokens) saw other counts than after an
+exact step. Tried on 3 instances: identical for kv-aware, not for least-outstanding-tokens.
+
 Unified instances only, for now: a prefill/decode split is refused in one line.
 """
 
