@@ -18,11 +18,12 @@ import yaml
 from sim.cluster.disagg import run_cluster
 from sim.cluster.spec import parse_cluster
 from sim.config import make_config
-from sim.errors import ConfigError
 from sim.run.clients import ClientSpec
 from sim.run.simulate import simulate
+from tests.conftest import make_trace
 from tests.helpers import conv_slice
 from tests.test_closed_loop import in_flight, kvsim, session_trace
+from tests.test_disagg import cluster as pd_cluster
 
 CONST = {"model": "llama-3.1-8b", "cost_model": "constant:0.01", "api_server_count": 0, "async_scheduling": False}
 
@@ -69,11 +70,35 @@ def test_across_instances_a_turn_goes_its_think_time_after_the_last_token() -> N
     assert req["prefix_hit_tokens"].sum() > 0  # later turns found their session's blocks
 
 
-def test_a_prefill_decode_split_with_clients_is_refused_in_one_line(tmp_path: Path) -> None:
-    spec = parse_cluster({"defaults": CONST, "instances": [{"name": "p", "role": "prefill"},
-                                                            {"name": "d", "role": "decode"}]}, "test")
-    with pytest.raises(ConfigError, match="not modelled yet: closed-loop clients .* prefill"):
-        run_cluster(spec, conv_slice(10), clients=ClientSpec(2))
+@pytest.mark.parametrize("flow", ["decode-first", "prefill-first"])
+def test_prefill_decode_one_slot_sends_each_request_as_the_last_one_finishes(flow: str) -> None:
+    """One slot, 1P1D (0.1 s a step): a request is sent the instant the previous one's last token
+    leaves its decode instance, and a prompt the decode side rejects frees the slot when it is
+    rejected (the third prompt, 300 tokens, over the decode side's max_model_len of 256)."""
+    spec = parse_cluster(pd_cluster(flow=flow, decode={"max_model_len": 256}))
+    prompts = [100, 120, 300, 80]
+    req = run_cluster(spec, make_trace([{"arrival_s": 0.0, "prompt_tokens": p, "output_tokens": 4}
+                                        for p in prompts]), clients=ClientSpec(1)).requests
+    assert req["status"].tolist() == ["finished", "finished", "rejected", "finished"]
+    assert (req["prefill_instance"] == 0).all()  # every prompt went through the prefill instance
+    left = req["finish_s"].where(req["status"] == "finished")
+    # r2 leaves when its prompt is done and the decode side refuses it: r3 is sent then
+    assert req["arrival_s"].iloc[1] == left.iloc[0] and req["arrival_s"].iloc[2] == left.iloc[1]
+    assert req["arrival_s"].iloc[3] == req["prefill_done_s"].iloc[2]
+    assert in_flight(req.assign(finish_s=left.fillna(req["prefill_done_s"]))).max() == 1
+
+
+def test_prefill_decode_at_most_n_in_flight_and_a_prompt_rejected_on_prefill_frees_its_slot() -> None:
+    spec = parse_cluster(pd_cluster(n_prefill=2, prefill={"max_model_len": 200}))
+    rows = [{"arrival_s": 0.0, "prompt_tokens": 150 if i % 5 else 260, "output_tokens": 3 + i % 7} for i in range(40)]
+    req = run_cluster(spec, make_trace(rows), clients=ClientSpec(6)).requests
+    gone = req["status"] == "rejected"
+    assert gone.sum() == 8 and (req.loc[gone, "reject_reason"] == "max_model_len").all()
+    assert (req.loc[~gone, "status"] == "finished").all()
+    assert in_flight(req.assign(finish_s=req["finish_s"].where(~gone, req["arrival_s"]))).max() == 6
+    # the first six go at 0; the prefill instance rejects r0 and r5 (260 tokens) as it takes them
+    # at 0, and their slots go to r6 and r7 at once
+    assert (req["arrival_s"] == 0).sum() == 8
 
 
 def test_simulate_cluster_with_max_concurrency_records_its_clients(tmp_path: Path) -> None:

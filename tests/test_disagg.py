@@ -20,14 +20,15 @@ BLOCK_S = 0.001  # one 2 MiB block over 2.097152 GB/s
 
 
 def cluster(*, latency_us: float = 0.0, decode: dict[str, Any] | None = None, tp: int = 1,
-            flow: str = "decode-first", threshold: int = 0, n_prefill: int = 1) -> dict[str, Any]:
+            flow: str = "decode-first", threshold: int = 0, n_prefill: int = 1,
+            prefill: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "flow": flow, "threshold": threshold,
         "defaults": {"model": "llama-3.1-8b", "gpu": "h100", "cost_model": f"constant:{STEP}",
                      "async_scheduling": False, "max_model_len": 2048, "api_server_count": 0},
         "instances": [
             {"name": "p", "role": "prefill", "count": n_prefill,
-             "config": {"num_gpu_blocks": 400, "tensor_parallel_size": tp}},
+             "config": {"num_gpu_blocks": 400, "tensor_parallel_size": tp, **(prefill or {})}},
             {"name": "d", "role": "decode", "config": {"num_gpu_blocks": 400, "tensor_parallel_size": tp,
                                                           **(decode or {})}}],
         "links": {"default": {"kind": "rdma-ndr", "bandwidth_gbps": 2.097152, "latency_us": latency_us}},

@@ -103,7 +103,7 @@ class ClusterRun:
             self.ing, self.reqs = enter(self.sent, self.fe)
         self.loop = closed_loop(clients, trace, self.sent, self.fe)  # None: open loop
         if self.loop is not None:  # the router's first arrivals; the rest sent at finishes
-            self.reqs = behind_router(self.loop, self.reps, roles, self._dispatch)
+            self.reqs = behind_router(self.loop, self.reps, roles, self._dispatch, lambda c: self.sent[c.uid])
         self.clones: dict[int, Request] = {}
         self.decode_of: dict[int, int] = {}      # uid -> decode instance (decode-first)
         self.prefill_of: dict[int, int] = {}
@@ -194,6 +194,8 @@ class ClusterRun:
         if rej is not None:  # the decode instance can never run it: rejected, the prefill blocks freed
             r.status, r.reject_reason, r.reject_detail = Status.REJECTED, rej.code, rej.detail
             self.senders[p].sent(r.uid)
+            if self.loop is not None:
+                self.loop.done([r], self.env.now)
             return
         rec = self.records[r.uid] = PullRecord(r.uid, p, d)
         self.receivers[d].expect(r, rec, self.senders[p], self._link(p, d))

@@ -17,7 +17,9 @@ is routed from inside the finishing instance's window, whose decoders' counts ar
 virtual, so a router that reads them (least-outstanding-tokens) saw other counts than after an
 exact step. Tried on 3 instances: identical for kv-aware, not for least-outstanding-tokens.
 
-Unified instances only, for now: a prefill/decode split is refused in one line.
+With prefill and decode instances, a request leaves the client's count where the client sees
+it leave: finished or rejected on its decode (or unified) instance, or rejected on a prefill
+instance; a prompt done on a prefill instance frees nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ import simpy
 
 from sim.engine.replica import Replica
 from sim.engine.sleep import sleep_until
-from sim.errors import ConfigError
-from sim.request import Request
+from sim.request import Request, Status
 from sim.run.clients import ClosedLoop
 
 
@@ -53,14 +54,22 @@ class FleetSends:
 
 
 def behind_router(loop: ClosedLoop, reps: Sequence[Replica], roles: Sequence[str],
-                  route: Callable[[Request], None]) -> list[Request]:
-    """Hook ``loop`` to every instance, each on exact steps (module docstring); return the
-    requests sent at their own times, in arrival order (the router's first arrivals)."""
-    split = sorted({x for x in roles if x != "unified"})
-    if split:
-        raise ConfigError(f"not modelled yet: closed-loop clients (--max-concurrency, sessions) with "
-                          f"{' and '.join(split)} instances (unified instances only)")
+                  route: Callable[[Request], None], original: Callable[[Request], Request]) -> list[Request]:
+    """Hook ``loop`` to the cluster, every instance on exact steps (module docstring); return the
+    requests sent at their own times, in arrival order (the router's first arrivals).
+
+    A request leaves where the client sees it leave: finished or rejected on a unified or decode
+    instance, or its prompt rejected on a prefill instance (``original``: the request of a
+    prefill instance's copy). A prompt done on a prefill instance frees nothing: it goes on."""
     for rep in reps:
         rep.exact_steps = True
-    loop.hook(reps, FleetSends(reps[0].env, route))
+    front = [rep for rep, role in zip(reps, roles, strict=True) if role != "prefill"]
+    loop.hook(front, FleetSends(reps[0].env, route))
+
+    def prompt_rejected(gone: list[Request], t: float) -> None:
+        loop.done([original(c) for c in gone if c.status is Status.REJECTED], t)
+
+    for rep, role in zip(reps, roles, strict=True):
+        if role == "prefill":
+            rep.kernel.on_done = prompt_rejected
     return sorted(loop.first(), key=lambda r: r.arrival_s)
