@@ -98,3 +98,30 @@ def test_a_unified_cluster_summary_sets_its_hit_rate_between_the_fleet_bounds(tm
     # a pulled prompt's KV is a transfer, not a prefix hit: the rate is the prefilling side's
     assert 0 < s["prefix_hit_rate"] <= b["unbounded"]
     assert all(i["hit_rate"] is not None for i in s["instances"] if i["role"] == "prefill")
+
+
+HEADLINE = ("requests finished / rejected", "simulated time", "throughput", "load (offered vs served)",
+            "TTFT p50/p90/p99", "TPOT p50/p90/p99", "E2E p50/p90/p99")
+
+
+def headline(text: str) -> dict[str, str]:
+    """The headline rows of a printed summary table: metric -> value."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        if len(cells) == 2 and cells[0] in HEADLINE:
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def test_one_instance_cluster_prints_the_single_replicas_headline(tmp_path: Path) -> None:
+    """Item 4 of issue 50: one summary for one replica or many. A one-instance cluster runs the
+    same requests at the same times as ``simulate``, so its table opens with the same rows."""
+    flags = ["--cost-model", "constant:0.02", "--api-server-count", "0", "--rate-scale", "4"]
+    wide = {"COLUMNS": "250"}  # (one line a row)
+    one = runner.invoke(cli_main.app, ["simulate", "--out", str(tmp_path / "a"), *flags], env=wide)
+    fleet = runner.invoke(cli_main.app, ["simulate", "--cluster", write(tmp_path, {"instances": [{"name": "r"}]}),
+                                         "--out", str(tmp_path / "b"), *flags], env=wide)
+    assert one.exit_code == 0 and fleet.exit_code == 0, (one.output, fleet.output)
+    a, b = headline(one.output), headline(fleet.output)
+    assert set(a) == set(HEADLINE) and a == b, (a, b)

@@ -66,6 +66,7 @@ def cluster_json(spec: ClusterSpec, res: ClusterResult, sim_s: float,
     from sim.cluster.balance import hits
     from sim.cluster.links import link_kind
     from sim.io.overload import offered_load
+    from sim.io.summary import run_span
 
     req = res.requests
     inst = []
@@ -100,7 +101,7 @@ def cluster_json(spec: ClusterSpec, res: ClusterResult, sim_s: float,
             "output_tokens": int(fin["output_tokens"].sum()),
             "transfer_p99_s": float(fin["transfer_s"].quantile(0.99)) if fin["transfer_s"].notna().any() else None,
             "kv_wait_p99_s": float(fin["kv_wait_s"].quantile(0.99)) if fin["kv_wait_s"].notna().any() else None,
-            "simulated_s": res.end_s, "sim_wall_s": round(sim_s, 4), "warnings": warnings or []}
+            "simulated_s": run_span(req), "sim_wall_s": round(sim_s, 4), "warnings": warnings or []}
 
 
 def cost_bases(spec: ClusterSpec, res: ClusterResult) -> list[dict[str, str]]:

@@ -8,14 +8,11 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from sim.cli.headline import headline_rows
 from sim.cluster.balance import InstanceLoad
 from sim.cluster.spec import ClusterSpec
 from sim.io import fmt
 from sim.io.overload import Load
-
-
-def _verdict(load: Load) -> str:
-    return f"[bold red]{load.line()}[/]" if load.flagged else load.line()
 
 
 def _fleet(name: str, spec: ClusterSpec, s: dict[str, Any]) -> Table:
@@ -24,14 +21,10 @@ def _fleet(name: str, spec: ClusterSpec, s: dict[str, Any]) -> Table:
     t.add_column("metric")
     t.add_column("value", justify="right")
     span = s["simulated_s"]
-    t.add_row("requests finished / rejected", f"{s['finished']:,} / {s['rejected']:,}")
-    t.add_row("simulated time", fmt.duration(span))
-    t.add_row("throughput", f"{fmt.num(s['finished'] / span if span else 0.0, whole=False)} req/s, "
-                            f"{fmt.num(round(s['output_tokens'] / span) if span else 0)} out tok/s")
-    t.add_row("load (offered vs served)", _verdict(Load(**s["load"])))
-    for m in ("TTFT", "TPOT", "E2E"):  # the rows of a single replica's summary (sim/cli/simulate.py)
-        if s[f"{m.lower()}_p50_s"] is not None:
-            t.add_row(f"{m} p50/p90/p99", fmt.durations(tuple(s[f"{m.lower()}_p{q}_s"] for q in (50, 90, 99))))
+    lat = {m: (s[f"{m.lower()}_p50_s"], s[f"{m.lower()}_p90_s"], s[f"{m.lower()}_p99_s"]) for m in ("TTFT", "TPOT", "E2E")}
+    for row in headline_rows(s["finished"], s["rejected"], span, s["finished"] / span if span else 0.0,
+                             s["output_tokens"] / span if span else 0.0, Load(**s["load"]), lat):
+        t.add_row(*row)
     b = s.get("prefix_bounds")
     t.add_row("prefix cache hit rate", f"{100 * s['prefix_hit_rate']:.1f}%" + (
         "" if not b else f" (the trace allows: {100 * b['per_replica']:.1f}% with per-replica LRUs under round-robin, "

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from sim.cli import options as o
 from sim.cli.cluster import ClusterHelp, refuse_single_only, simulate_cluster
+from sim.cli.headline import headline_rows
 from sim.cli.notices import check_block_sizes, check_servegen_rate
 from sim.cli.progress import progress
 from sim.config.bench_result import bench_result, check_writable, write_result
@@ -48,16 +49,11 @@ def summary_table(res: SimResult, prefix_info: bool = True) -> Table:
     rows = [
         ("allocator", alloc),
         ("KV blocks (incl. null)", f"{s.num_gpu_blocks:,}"),
-        ("requests finished / rejected", f"{s.num_finished:,} / {s.num_rejected:,}"),
-        *(("trace note", escape(note)) for note in s.trace.notes),
-        ("simulated time", fmt.duration(s.simulated_s)),
-        ("throughput", f"{fmt.num(s.throughput.requests_per_s)} req/s, "
-                       f"{fmt.num(round(s.throughput.output_tokens_per_s))} out tok/s"),
-        ("load (offered vs served)", f"[bold red]{s.load.line()}[/]" if s.load.flagged else s.load.line()),
+        *headline_rows(s.num_finished, s.num_rejected, s.simulated_s, s.throughput.requests_per_s,
+                       s.throughput.output_tokens_per_s, s.load,
+                       {k: (p.p50, p.p90, p.p99) for k, p in (("TTFT", s.ttft_s), ("TPOT", s.tpot_s), ("E2E", s.e2e_s))},
+                       tuple(escape(note) for note in s.trace.notes)),
     ]
-    for k, p in (("TTFT", s.ttft_s), ("TPOT", s.tpot_s), ("E2E", s.e2e_s)):
-        if p.p50 is not None and p.p90 is not None and p.p99 is not None:
-            rows.append((k + " p50/p90/p99", fmt.durations((p.p50, p.p90, p.p99))))
     m = s.memory
     rows.append(("KV pool: token states / reserved / internal / external / free",
                  " / ".join(f"{100 * m[k]:.1f}%" for k in ("token_state", "reserved", "internal_frag", "external_frag", "free"))))

@@ -62,7 +62,7 @@ class ClusterResult:
     links: dict[tuple[int, int], Link] = field(default_factory=dict)
     receiving: dict[int, list[tuple[float, int]]] = field(default_factory=dict)  # decode: blocks held receiving
     decode_kv_blocked: int = 0        # pulls that first waited for free decode blocks
-    end_s: float = 0.0
+    end_s: float = 0.0               # the last step's end (the clock, if later)
     aborted: bool = False             # stopped early: the SLO verdict was already "fail"
     failing: tuple[str, ...] = ()     # when aborted: the targets that were certain to fail
 
@@ -268,7 +268,8 @@ class ClusterRun:
         return ClusterResult(frame, pd.concat(steps, ignore_index=True), [i.name for i in self.spec.instances],
                              [i.role for i in self.spec.instances], self.links,
                              {k: c.receiving for k, c in self.receivers.items()},
-                             sum(c.blocked for c in self.receivers.values()), self.env.now)
+                             sum(c.blocked for c in self.receivers.values()),
+                             max(self.env.now, *(float((s["start_s"] + s["duration_s"]).max()) for s in steps if len(s))))
 
     def _receiving(self, k: int, at: np.ndarray) -> np.ndarray:
         """Token slots of blocks held by requests waiting for their KV (decode side), at each

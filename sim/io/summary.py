@@ -193,13 +193,20 @@ class RunCounters:
     block_size: int
 
 
+def run_span(req: pd.DataFrame) -> float:
+    """A run's simulated time, the denominator of its rates: first send to last finish (0: none
+    finished). One replica's and a cluster's summaries both use it."""
+    done = req["finish_s"][req["status"] == "finished"]
+    return float(done.max() - req["arrival_s"].min()) if len(done) else 0.0
+
+
 def summarize(cfg: SimConfig, budget: KvBudget, cost: StepCostModel, req: pd.DataFrame,
               steps: pd.DataFrame | StepStats, c: RunCounters) -> Summary:
     """``cost``: the run's own step-cost model (its name and basis are reported, never rebuilt);
     ``steps``: the steps frame, or the :class:`StepStats` a streamed run folded (sim/io/stream.py);
     ``req`` needs only the columns of :func:`sim.io.results.request_columns`."""
     done = req[req["status"] == "finished"]
-    span = float(done["finish_s"].max() - req["arrival_s"].min()) if len(done) else 0.0
+    span = run_span(req)
     out_tokens = int(done["output_tokens"].sum())
     st = steps if isinstance(steps, StepStats) else step_stats(steps, c.block_size, c.paged)
     memory = st.memory
