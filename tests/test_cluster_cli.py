@@ -125,3 +125,16 @@ def test_one_instance_cluster_prints_the_single_replicas_headline(tmp_path: Path
     assert one.exit_code == 0 and fleet.exit_code == 0, (one.output, fleet.output)
     a, b = headline(one.output), headline(fleet.output)
     assert set(a) == set(HEADLINE) and a == b, (a, b)
+
+
+def test_a_cluster_that_rejects_every_request_still_ends(tmp_path: Path) -> None:
+    """No step at all: the run's end is the clock's, and the summary says every request was refused."""
+    cfg = {"defaults": {"model": "llama-3.1-8b", "cost_model": "constant:0.01", "max_model_len": 256,
+                        "api_server_count": 0}, "instances": [{"name": "r", "count": 2}]}
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,1000,4\n0.5,900,4\n")
+    out = tmp_path / "out"
+    res = runner.invoke(cli_main.app, ["simulate", str(trace), "--cluster", write(tmp_path, cfg), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "cluster.json").read_text())
+    assert summary["rejected"] == 2 and summary["finished"] == 0 and summary["simulated_s"] == 0

@@ -269,7 +269,7 @@ class ClusterRun:
                              [i.role for i in self.spec.instances], self.links,
                              {k: c.receiving for k, c in self.receivers.items()},
                              sum(c.blocked for c in self.receivers.values()),
-                             max(self.env.now, *(float((s["start_s"] + s["duration_s"]).max()) for s in steps if len(s))))
+                             max([self.env.now, *(float((s["start_s"] + s["duration_s"]).max()) for s in steps if len(s))]))
 
     def _receiving(self, k: int, at: np.ndarray) -> np.ndarray:
         """Token slots of blocks held by requests waiting for their KV (decode side), at each
