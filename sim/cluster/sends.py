@@ -3,8 +3,8 @@
 A closed-loop client (:mod:`sim.run.clients`: ``--max-concurrency``, or a session trace) sends its
 next request when an earlier one finishes, or a think time later. Behind a router that send may
 go to any instance, at an instant no instance could foresee, and a fast-forward window that had
-run past it would have missed it. So every instance of such a run takes exact steps (the outputs
-a fast-forward gives, at exact steps' speed), and a send is routed by the cluster's own router:
+run past it would have missed it. So every instance of such a run takes exact steps (right by
+construction, at exact steps' speed), and a send is routed by the cluster's own router:
 
 - at once, from inside the finishing instance's step, when it is due now (a slot freed by a
   finish), as a single replica's inbox takes it: it is in a queue by the next step any instance
