@@ -233,6 +233,17 @@ def test_sessions_and_slots_together_are_refused(tmp_path: Path) -> None:
     assert code == 2 and len(text.strip().splitlines()) == 1 and "--max-concurrency with a session trace" in text, text
 
 
+def test_plan_refuses_a_session_trace_in_one_line(tmp_path: Path) -> None:
+    """A plan searches arrival rates; a session's turns have no rate of their own (each is sent as
+    the one before it ends): refused, not replayed at the turns' placeholder times."""
+    trace = tmp_path / "s.jsonl"
+    write_sessions(trace)
+    code, text = kvsim("plan", str(trace), "--gpu", "h100", "--slo-ttft-p90", "5", "--slo-tpot-p90", "0.2",
+                       "--window", "100", "--api-server-count", "0", "--out", str(tmp_path / "p"))
+    assert code == 2 and len(text.strip().splitlines()) == 1, text
+    assert "not modelled yet: plan with a session trace" in text, text
+
+
 def write_sessions(path: Path) -> None:
     from workloads.writer import write_trace
 
