@@ -52,8 +52,12 @@ CONFIG: dict[str, Any] = dict(model="llama-2-70b", gpu="a100-80gb", tensor_paral
                               block_size=16, max_model_len=4096)
 
 
+def config(exact: bool, cost_model: str | None) -> Any:
+    return make_config(exact_steps=exact, **CONFIG, **({"cost_model": cost_model} if cost_model else {}))
+
+
 def run(trace: Any, exact: bool, cost_model: str | None) -> dict[str, Any]:
-    cfg = make_config(exact_steps=exact, **CONFIG, **({"cost_model": cost_model} if cost_model else {}))
+    cfg = config(exact, cost_model)
     seen: list[Replica] = []
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(cfg, trace, on_step=lambda rep: seen.append(rep) if not seen else None)
@@ -121,7 +125,7 @@ def main() -> None:
               f"(mean {vidur['mean_batch']}), {vidur['kv_blocks']} KV blocks, simulated to {vidur['simulated_s']:,} s")
         a.vidur_s = vidur["loop_s"]
     t1 = time.perf_counter()
-    static_parts(make_config(**CONFIG, **({"cost_model": a.cost_model} if a.cost_model else {})))
+    static_parts(config(False, a.cost_model))
     setup_s = time.perf_counter() - t1
     print(f"setup: {setup_s:.3f} s (catalogue, KV budget, cost model; once a process)")
     rows = [("fast-forward (default)", run(trace, False, a.cost_model))]

@@ -194,3 +194,8 @@ def check_sessions(df: pd.DataFrame, path: str) -> pd.DataFrame:
         raise TraceError(path, _line_of(df, i), "turn", f"session {df['session_id'].iloc[i]!r}: turn "
                          f"{df['turn'].iloc[i]} where turn {expect[i]} is expected (a turn missing or repeated)")
     return df
+
+
+def has_sessions(df: pd.DataFrame) -> bool:
+    """The trace is multi-turn: it has every session column (README: Trace schema)."""
+    return set(SESSION_COLUMNS) <= set(df.columns)

@@ -199,9 +199,9 @@ def simulate_cluster(cluster: Path, tr: Trace, out: Path, keys: dict[str, Any] |
 
 def clients_doc(clients: ClientSpec | None, tr: Trace) -> dict[str, Any] | None:
     """How the requests were sent (None: open loop, at the trace's times)."""
-    from sim.run.clients import sessions_of
+    from workloads.schema import has_sessions
 
     n = clients.max_concurrency if clients is not None else None
-    if n is None and sessions_of(tr) is None:
+    if n is None and not has_sessions(tr.df):
         return None
     return {"max_concurrency": n, "sessions": n is None, "steps": "exact (sim/cluster/sends.py)"}

@@ -259,17 +259,18 @@ class ClusterRun:
         frame["prefill_start_s"], frame["prefill_done_s"] = start, done  # on its prefill instance
         frame["transfer_s"], frame["kv_wait_s"] = xfer, wait
         frame["replica"] = self.instance
-        steps = []
+        steps, end = [], self.env.now  # the run's end: its last step's, or the clock's if later
         for k, rep in enumerate(self.reps):
             s = rep.log.frame()
             s.insert(0, "instance", np.full(len(s), k, dtype=np.int64))
-            s["receiving_slots"] = self._receiving(k, (s["start_s"] + s["duration_s"]).to_numpy())
+            ends = (s["start_s"] + s["duration_s"]).to_numpy()
+            s["receiving_slots"] = self._receiving(k, ends)
+            end = max(end, float(ends.max())) if len(ends) else end
             steps.append(s)
         return ClusterResult(frame, pd.concat(steps, ignore_index=True), [i.name for i in self.spec.instances],
                              [i.role for i in self.spec.instances], self.links,
                              {k: c.receiving for k, c in self.receivers.items()},
-                             sum(c.blocked for c in self.receivers.values()),
-                             max([self.env.now, *(float((s["start_s"] + s["duration_s"]).max()) for s in steps if len(s))]))
+                             sum(c.blocked for c in self.receivers.values()), end)
 
     def _receiving(self, k: int, at: np.ndarray) -> np.ndarray:
         """Token slots of blocks held by requests waiting for their KV (decode side), at each

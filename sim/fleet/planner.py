@@ -44,7 +44,7 @@ from sim.fleet.validate import ValidateTask, Validation, replay_replicas, valida
 from sim.fleet.workload import mean_rate, peak_rate, rate_timeline, scale_rate
 from sim.fleet.xpyd_plan import probe_split, replay_split
 from sim.run.executor import run_tasks
-from workloads.schema import SESSION_COLUMNS
+from workloads.schema import has_sessions
 
 
 @dataclass(slots=True)
@@ -162,7 +162,7 @@ def check_window(spec: PlanSpec, num_requests: int) -> None:
 def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None, band: bool = True) -> Plan:
     """The whole pipeline on a trace frame (normalized columns); ``band``: also size every
     GPU x TP at the pessimistic edge of the cost model's step-time error band."""
-    if set(SESSION_COLUMNS) <= set(df.columns):
+    if has_sessions(df):
         raise ConfigError("not modelled yet: plan with a session trace (each turn is sent when the one before "
                           "it ends, a closed loop; a plan sizes the fleet from the trace's arrival rate)")
     check_window(spec, len(df))

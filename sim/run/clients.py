@@ -42,7 +42,7 @@ from sim.engine.replica import Replica
 from sim.errors import ConfigError
 from sim.frontend.stage import FrontEnd
 from sim.request import Request
-from workloads.schema import SESSION_COLUMNS, Trace
+from workloads.schema import Trace, has_sessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +109,7 @@ def sessions_of(trace: Trace) -> tuple[np.ndarray, np.ndarray] | None:
     """(per row: the row of the session's previous turn or -1, the row's think time), or None
     when the trace has no sessions. Rows are uids (``make_requests``: one request a row)."""
     df = trace.df
-    if not set(SESSION_COLUMNS) <= set(df.columns):
+    if not has_sessions(df):
         return None
     follows = np.full(len(df), -1, np.int64)
     order = np.lexsort((df["turn"].to_numpy(), df["session_id"].astype(str).to_numpy()))
