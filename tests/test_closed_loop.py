@@ -244,6 +244,26 @@ def test_plan_refuses_a_session_trace_in_one_line(tmp_path: Path) -> None:
     assert "not modelled yet: plan with a session trace" in text, text
 
 
+def test_open_loop_tools_refuse_a_session_trace(tmp_path: Path) -> None:
+    """Prefix bounds and an open-loop fleet replay would read the later turns' placeholder times as
+    send times (and the bounds would miss every turn's hits on the output before it): refused."""
+    from sim.cluster.replay import replay_fleet
+    from sim.cluster.whatif import fleet_prefix_bounds
+
+    trace = tmp_path / "s.jsonl"
+    write_sessions(trace)
+    code, text = kvsim("trace", "prefix", str(trace), "--cache-tokens", "4096", "--replicas", "2")
+    assert code != 0 and len(text.strip().splitlines()) == 1, text
+    assert "not modelled yet: prefix bounds with a session trace" in text, text
+    tr = session_trace(sessions=3)
+    with pytest.raises(ConfigError, match="prefix bounds with a session trace"):
+        fleet_prefix_bounds(tr, 2, 4096)
+    with pytest.raises(ConfigError, match="open-loop fleet replay with a session trace"):
+        replay_fleet([make_config(cost_model="constant:0.01", api_server_count=0)] * 2, tr)
+    labels = type(tr)(df=tr.df.drop(columns=["think_time_s"]), path=tr.path, format=tr.format)
+    assert fleet_prefix_bounds(labels, 2, 4096).unbounded.prompt_tokens > 0  # session ids alone: labels
+
+
 def write_sessions(path: Path) -> None:
     from workloads.writer import write_trace
 

@@ -113,3 +113,21 @@ def test_simulate_cluster_with_max_concurrency_records_its_clients(tmp_path: Pat
     assert doc["clients"]["max_concurrency"] == 3
     req = pd.read_parquet(tmp_path / "r" / "requests.parquet")
     assert in_flight(req).max() == 3
+
+
+def test_simulate_cluster_with_sessions_gives_no_open_loop_prefix_bounds(tmp_path: Path) -> None:
+    """The fleet's prefix bounds read prompts in row order, which a session trace does not send in:
+    the summary leaves them out rather than print bounds of another workload."""
+    from tests.test_closed_loop import write_sessions
+
+    cluster, trace = tmp_path / "c.yaml", tmp_path / "s.jsonl"
+    cluster.write_text(yaml.safe_dump({"defaults": {**CONST, "block_size": 16}, "instances": [{"name": "a", "count": 2}]}))
+    write_sessions(trace)
+    code, text = kvsim("simulate", str(trace), "--cluster", str(cluster), "--out", str(tmp_path / "r"),
+                       "--cost-model", "constant:0.01", "--api-server-count", "0")
+    assert code == 0, text
+    import json
+
+    doc = json.loads((tmp_path / "r" / "cluster.json").read_text())
+    assert doc["prefix_bounds"] is None and doc["clients"]["sessions"] is True
+    assert "the trace allows" not in text

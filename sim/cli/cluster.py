@@ -127,14 +127,15 @@ def cost_bases(spec: ClusterSpec, res: ClusterResult) -> list[dict[str, str]]:
 
 def prefix_bounds(spec: ClusterSpec, tr: Trace) -> dict[str, float] | None:
     """Where a unified fleet's prefix hit rate can fall (:func:`sim.cluster.whatif.fleet_prefix_bounds`,
-    per-replica caches of the first instance's KV pool): None for P/D, or a trace without prompt
-    content (nothing can hit)."""
+    per-replica caches of the first instance's KV pool): None for P/D, a trace without prompt
+    content (nothing can hit), or a session trace (the bounds read an open loop's order)."""
     from sim.cluster.whatif import fleet_prefix_bounds
     from sim.run.build import build
+    from workloads.schema import has_sessions
     from workloads.stats import has_prefix_info
 
     cfg = spec.instances[0].config
-    if spec.disaggregated or not has_prefix_info(tr):
+    if spec.disaggregated or not has_prefix_info(tr) or has_sessions(tr.df):
         return None
     kv = build(cfg).kv
     if not kv.paged or not kv.enable_caching:

@@ -32,6 +32,7 @@ from sim.io.ingest import make_requests
 from sim.io.results import request_frame
 from sim.request import Request
 from sim.run.build import new_replica
+from sim.run.clients import open_loop_only
 from workloads.schema import Trace
 
 
@@ -66,6 +67,7 @@ def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str | RouterSp
     """
     if not cfgs:
         raise ConfigError("a fleet needs at least one replica")
+    open_loop_only(trace.df, "an open-loop fleet replay", "simulate --cluster sends its turns")
     spec = parse_router(router)
     choose = spec.make()
     env = simpy.Environment()

@@ -41,6 +41,7 @@ from sim.io.ingest import make_requests
 from sim.kv.hashing import BlockHasher
 from sim.request import Request
 from sim.run.build import build
+from sim.run.clients import open_loop_only
 from workloads.schema import Trace
 
 
@@ -139,6 +140,8 @@ def fleet_prefix_bounds(trace: Trace, replicas: int, cache_tokens: int, cfg: Sim
 
     if replicas < 1 or cache_tokens < 1:
         raise ConfigError(f"--replicas {replicas} / --cache-tokens {cache_tokens}: both must be >= 1")
+    open_loop_only(trace.df, "prefix bounds", "their caches see the prompts in the trace's row order, "
+                   "and a turn's prompt holds the turn before's output, which no prompt carried")
     cfg = cfg or make_config()
     blocks = max(cache_tokens // cfg.block_size, 1)
     shared = shared_cache_hits(trace, cfg, blocks * replicas)

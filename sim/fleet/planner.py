@@ -43,8 +43,8 @@ from sim.fleet.tuning import raised_seq_cap
 from sim.fleet.validate import ValidateTask, Validation, replay_replicas, validate_fleet
 from sim.fleet.workload import mean_rate, peak_rate, rate_timeline, scale_rate
 from sim.fleet.xpyd_plan import probe_split, replay_split
+from sim.run.clients import open_loop_only
 from sim.run.executor import run_tasks
-from workloads.schema import has_sessions
 
 
 @dataclass(slots=True)
@@ -162,9 +162,7 @@ def check_window(spec: PlanSpec, num_requests: int) -> None:
 def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None, band: bool = True) -> Plan:
     """The whole pipeline on a trace frame (normalized columns); ``band``: also size every
     GPU x TP at the pessimistic edge of the cost model's step-time error band."""
-    if has_sessions(df):
-        raise ConfigError("not modelled yet: plan with a session trace (each turn is sent when the one before "
-                          "it ends, a closed loop; a plan sizes the fleet from the trace's arrival rate)")
+    open_loop_only(df, "plan", "a plan sizes the fleet from the trace's arrival rate")
     check_window(spec, len(df))
     scaled, demand = measure_demand(df, spec)
     cands = grid(spec.gpus, spec.tps, spec.knobs, spec.splits)

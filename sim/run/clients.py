@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
@@ -132,6 +133,14 @@ def chain_content(reqs: Sequence[Request], follows: np.ndarray) -> None:
         upto = prev.prompt_tokens + prev.output_tokens
         if tuple(b[1][:prev.prompt_tokens]) == tuple(a[1]) and len(b[1]) >= upto:
             prev.content = ("ids", tuple(b[1][:upto]))
+
+
+def open_loop_only(df: pd.DataFrame, what: str, why: str) -> None:
+    """Refuse a session trace where only the trace's own times are modelled: its later turns'
+    ``arrival_s`` only order the rows (README: Trace schema), so ``what`` would read placeholders."""
+    if has_sessions(df):
+        raise ConfigError(f"not modelled yet: {what} with a session trace (each turn is sent when the one "
+                          f"before it ends, a closed loop; {why})")
 
 
 def refuse(slots: int | None, sessions: bool, fe: FrontEnd | None) -> str:
