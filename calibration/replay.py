@@ -46,7 +46,7 @@ from calibration.serving_runs import Stage
 from sim.config.schema import SimConfig, make_config
 from sim.cost.batch import CostBasis, StepBatch, basis_of
 from sim.cost.for_config import cost_model_for
-from sim.frontend.stage import FrontEnd, enter, leave
+from sim.frontend.stage import FrontEnd, enter, leave, step_ends
 from sim.io.ingest import make_requests
 from sim.io.results import request_frame
 from sim.memory.budget import model_for
@@ -190,11 +190,11 @@ def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150
         rep.submit_all(inbox)
     env.run()
     eng = request_frame(reqs)  # the engine's own times: the steps between them move with the stack
-    if fe is not None and ing is not None:
-        leave(reqs, fe, ing)
-    q = request_frame(reqs)
     steps = rep.log.frame()
-    ends = (steps["start_s"] + steps["duration_s"]).to_numpy()
+    ends = step_ends(steps)
+    if fe is not None and ing is not None:
+        leave(reqs, fe, ing, [ends])
+    q = request_frame(reqs)
     feats = np.asarray(rec.rows, dtype=np.float64).reshape(-1, len(FEATURES) + 1)[:, :len(FEATURES)]
     if len(feats) != len(ends):  # every step is timed once; keep the fit honest if that ever changes
         raise RuntimeError(f"{st.key}: {len(feats)} timed steps vs {len(ends)} logged")

@@ -20,7 +20,7 @@ from sim.cli.main import _load, app
 from sim.config.schema import make_config
 from sim.config.vllm_args import parse_vllm_serve
 from sim.errors import ConfigError
-from sim.frontend.egress import Capacity, deliver_server
+from sim.frontend.egress import Capacity, Stream, deliver, middle_counts
 from sim.frontend.profile import VLLM_API_SERVER as P
 from sim.frontend.stage import FRONTEND_COLUMNS
 from sim.run.simulate import simulate
@@ -102,23 +102,87 @@ def test_a_burst_of_1000_prompts_is_bound_by_the_api_server() -> None:
     assert four["finish_s"].max() == pytest.approx(work / 4, rel=0.02)
 
 
-def test_egress_is_a_fifo_in_the_time_ingress_leaves_free() -> None:
+def one(first: list[float], finish: list[float], n: list[int], ends: np.ndarray, cap: Capacity | None = None,
+        w1: float = 2 * D, token_s: float = D) -> tuple[np.ndarray, np.ndarray]:
+    """Client (first, finish) times of requests on one server and one replica (``ends``)."""
+    busy = ((cap.start, cap.start + cap.length),) if cap is not None else ((np.zeros(0), np.zeros(0)),)
+    k = len(first)
+    return deliver(np.array(first), np.array(finish), np.array(n), np.array(n), np.zeros(k, np.int64), busy,
+                   np.zeros(k, np.int64), [ends], w1, token_s, END)
+
+
+def test_egress_is_a_fifo_of_step_batches_in_the_time_ingress_leaves_free() -> None:
+    ends = np.round(np.arange(0.1, 0.2001, 0.01), 12)  # a step every 10 ms
     cap = Capacity.of(np.array([0.0]), np.array([0.003]))  # one ingress, long done
-    # not saturated: 9 middle tokens (9 ms of work) spread over 100 ms
-    first, fin = deliver_server(np.array([0.1]), np.array([0.2]), np.array([11]), cap, 2 * D, 1e-3, END)
-    assert (first[0], fin[0]) == pytest.approx((0.1 + 2 * D, 0.2 + 1e-3 + END), abs=1e-12)
-    # saturated: 100 middle tokens of 1 ms arrive within 10 ms, behind the first token's 1 ms
-    first, fin = deliver_server(np.array([0.0]), np.array([0.01]), np.array([102]), Capacity.of(np.zeros(0), np.zeros(0)),
-                                1e-3, 1e-3, END)
-    assert fin[0] == pytest.approx(0.01 + (1e-3 + 0.1 - 0.01) + 1e-3 + END, abs=1e-12)
+    # not saturated: 9 middle tokens, one at each step end between the first and the last
+    first, fin = one([0.1], [0.2], [11], ends, cap)
+    assert (first[0], fin[0]) == pytest.approx((0.1 + 2 * D, 0.2 + D + END), abs=1e-12)
+    # saturated: 100 middle tokens of 1 ms, one per 0.1 ms step, behind the first token's 1 ms
+    fast = np.round(np.arange(0.0, 0.01001, 1e-4), 12)
+    first, fin = one([0.0], [0.0101], [102], np.r_[fast, 0.0101], None, 1e-3, 1e-3)
+    assert fin[0] == pytest.approx(1e-3 + 0.1 + 1e-3 + END, abs=1e-12)  # never idle from t = 0
     # an ingress during that backlog (30 ms from t = 0.05) goes first: the last token waits for it
-    first, fin2 = deliver_server(np.array([0.0]), np.array([0.01]), np.array([102]), Capacity.of(np.array([0.05]),
-                                 np.array([0.08])), 1e-3, 1e-3, END)
+    first, fin2 = one([0.0], [0.0101], [102], np.r_[fast, 0.0101], Capacity.of(np.array([0.05]), np.array([0.08])),
+                      1e-3, 1e-3)
     assert fin2[0] == pytest.approx(fin[0] + 0.03, abs=1e-12)
-    # two streams ending at the same instant: FIFO by request, each closing behind the other
-    first, fin = deliver_server(np.array([0.1, 0.1]), np.array([0.2, 0.2]), np.array([2, 2]), cap, D, D, END)
-    assert fin.tolist() == pytest.approx([0.2 + D + END, 0.2 + 2 * (D + END)], abs=1e-12)
-    assert first.tolist() == pytest.approx([0.1 + D, 0.1 + 2 * D], abs=1e-12)
+    # two streams ending at one step: one batch, both delivered when all of it is done
+    first, fin = one([0.1, 0.1], [0.2, 0.2], [2, 2], ends, cap, D, D)
+    assert fin.tolist() == pytest.approx([0.2 + 2 * (D + END)] * 2, abs=1e-12)
+    assert first.tolist() == pytest.approx([0.1 + 2 * D] * 2, abs=1e-12)
+
+
+def test_a_request_streams_one_middle_token_per_step_of_its_own_replica() -> None:
+    ends = np.arange(1, 11) * 0.01
+    assert middle_counts(ends, 0, 10, np.array([0.02]), np.array([0.08]), np.array([7])).tolist() == \
+        [0, 0, 1, 1, 1, 1, 1, 0, 0, 0]  # tokens 2..6 at the five steps between 0.02 and 0.08
+    # preempted meanwhile (more steps than tokens): at most n - 2, from the first step on
+    assert middle_counts(ends, 0, 10, np.array([0.02]), np.array([0.1]), np.array([4])).tolist() == \
+        [0, 0, 1, 1, 0, 0, 0, 0, 0, 0]
+    # still running (finish inf), counted over a chunk of the steps only
+    assert middle_counts(ends, 4, 8, np.array([0.02]), np.array([np.inf]), np.array([100])).tolist() == [1] * 4
+
+
+def test_the_egress_queue_matches_a_brute_force_fluid_on_a_fine_time_grid() -> None:
+    """The running-sum solution against the queue integrated on a 10 us grid (cumulative work
+    A(t) in steps at the batch instants, departures D = min over s <= t of A(s) + C(t) - C(s))."""
+    rng = np.random.default_rng(3)
+    dt = 1e-5
+    for _ in range(5):
+        ends = np.round(np.cumsum(rng.uniform(0.002, 0.012, 60)), 5)
+        m = int(rng.integers(2, 7))
+        i0 = np.sort(rng.integers(0, 30, m))
+        n = rng.integers(1, 30, m)
+        f, e = ends[i0], ends[np.minimum(i0 + np.maximum(n - 1, 0), len(ends) - 1)]
+        n = np.minimum(n, np.searchsorted(ends, e) - i0 + 1)  # as many tokens as steps ran
+        cap = Capacity.of(np.array([0.0, 0.25]), np.array([0.005, 0.3]))  # one ingress mid-run
+        first, fin = one(f.tolist(), e.tolist(), n.tolist(), ends, cap, 2e-3, 1e-3)
+        mids = middle_counts(ends, 0, len(ends), f, e, n)
+        ts = np.arange(0.0, 1.5, dt)
+        a = np.zeros_like(ts)
+        for i in range(m):
+            a += (ts >= f[i]) * 2e-3 + (ts >= e[i]) * ((1e-3 if n[i] >= 2 else 0.0) + END)
+        for t_k, c_k in zip(ends, mids, strict=True):
+            a += (ts >= t_k) * 1e-3 * c_k
+        c = cap.at(ts)
+        done = np.minimum(np.minimum.accumulate(a - c) + c, a)
+        for i in range(m):
+            for t, mine in ((f[i], first[i]), (e[i], fin[i])):
+                level = a[np.searchsorted(ts, t - 1e-12)]  # all work in by t, its batch included
+                brute = ts[np.searchsorted(done, level - 1e-9)]
+                assert mine == pytest.approx(brute, abs=5 * dt)
+
+
+def test_a_queue_solved_in_chunks_is_the_queue_solved_at_once() -> None:
+    """What a closed loop does as the run goes (sim/frontend/live.py): the backlog carried."""
+    rng = np.random.default_rng(5)
+    t = np.cumsum(rng.uniform(1e-4, 3e-3, 400))
+    w = rng.uniform(0.0, 2e-3, 400)
+    cap = Capacity.of(np.array([0.1, 0.5]), np.array([0.13, 0.52]))
+    whole = Stream().solve(cap, t, w)
+    s, parts = Stream(), []
+    for a, b in ((0, 7), (7, 150), (150, 151), (151, 400)):
+        parts.append(s.solve(cap, t[a:b], w[a:b]))
+    assert np.concatenate(parts) == pytest.approx(whole, abs=1e-12)
 
 
 def test_fanned_out_samples_share_one_ingress() -> None:
@@ -170,29 +234,3 @@ def test_the_cli_takes_the_flags_and_summary_json_names_the_profile(tmp_path: Pa
     assert doc["config"]["api_server_count"] == 2 and "API server" in res.output
     q = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     assert q["api_ingress_s"].tolist() == pytest.approx([ingress_s(50, "completions"), ingress_s(60, "completions")])
-
-
-def test_the_egress_queue_matches_a_brute_force_fluid_on_a_fine_time_grid() -> None:
-    """The running-sum solution against the queue integrated step by step on a 10 us grid
-    (cumulative work in A(t), departures D = min over s <= t of A(s) + C(t) - C(s))."""
-    rng = np.random.default_rng(3)
-    dt = 1e-5
-    for _ in range(5):
-        m = int(rng.integers(2, 7))
-        f = np.sort(rng.uniform(0.01, 0.2, m))
-        n = rng.integers(1, 60, m)
-        e = f + (n - 1) * rng.uniform(0.001, 0.01, m)
-        cap = Capacity.of(np.array([0.0, 0.25]), np.array([0.005, 0.3]))  # one ingress mid-run
-        first, fin = deliver_server(f, e, n, cap, 2e-3, 1e-3, END)
-        ts = np.arange(0.0, 1.5, dt)
-        a = np.zeros_like(ts)
-        for i in range(m):
-            a += (ts >= f[i]) * 2e-3 + np.clip((ts - f[i]) / max(e[i] - f[i], 1e-12), 0, 1) * max(n[i] - 2, 0) * 1e-3
-            a += (ts >= e[i]) * ((1e-3 if n[i] >= 2 else 0.0) + END)
-        c = cap.at(ts)
-        done = np.minimum(np.minimum.accumulate(a - c) + c, a)
-        for i in range(m):
-            for t, mine in ((f[i], first[i]), (e[i], fin[i])):
-                level = a[np.searchsorted(ts, t - 1e-12)]  # all work in by t, own jump included
-                brute = ts[np.searchsorted(done, level - 1e-9)]
-                assert mine == pytest.approx(brute, abs=5 * dt)

@@ -39,7 +39,7 @@ from sim.engine.replica import Replica
 from sim.engine.sleep import sleep_until
 from sim.errors import ConfigError
 from sim.frontend.ingress import Ingress
-from sim.frontend.stage import enter, fleet_frontend, leave, no_frontend, with_columns
+from sim.frontend.stage import enter, fleet_frontend, leave, no_frontend, step_ends, with_columns
 from sim.io.ingest import make_requests
 from sim.io.results import request_frame
 from sim.kv.base import cdiv
@@ -240,8 +240,10 @@ class ClusterRun:
         return False
 
     def _result(self) -> ClusterResult:
-        fe, ing = self.fe, self.ing
-        api = leave(self.sent, fe, ing) if fe is not None and ing is not None else no_frontend(self.sent)
+        fe, ing, frames = self.fe, self.ing, [rep.log.frame() for rep in self.reps]
+        ends = [step_ends(s) for s in frames]  # each instance's; a request's tokens after its first: its decode one's
+        api = leave(self.sent, fe, ing, ends, self.instance) if fe is not None and ing is not None \
+            else no_frontend(self.sent)
         frame = with_columns(request_frame(self.sent), api)
         n = len(self.sent)
         pre, phit = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
@@ -260,12 +262,10 @@ class ClusterRun:
         frame["transfer_s"], frame["kv_wait_s"] = xfer, wait
         frame["replica"] = self.instance
         steps, end = [], self.env.now  # the run's end: its last step's, or the clock's if later
-        for k, rep in enumerate(self.reps):
-            s = rep.log.frame()
+        for k, s in enumerate(frames):
             s.insert(0, "instance", np.full(len(s), k, dtype=np.int64))
-            ends = (s["start_s"] + s["duration_s"]).to_numpy()
-            s["receiving_slots"] = self._receiving(k, ends)
-            end = max(end, float(ends.max())) if len(ends) else end
+            s["receiving_slots"] = self._receiving(k, ends[k])
+            end = max(end, float(ends[k].max())) if len(ends[k]) else end
             steps.append(s)
         return ClusterResult(frame, pd.concat(steps, ignore_index=True), [i.name for i in self.spec.instances],
                              [i.role for i in self.spec.instances], self.links,

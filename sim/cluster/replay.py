@@ -27,7 +27,7 @@ from sim.collector import no_collections
 from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
-from sim.frontend.stage import enter, fleet_frontend, leave, no_frontend, with_columns
+from sim.frontend.stage import enter, fleet_frontend, leave, no_frontend, step_ends, with_columns
 from sim.io.ingest import make_requests
 from sim.io.results import request_frame
 from sim.request import Request
@@ -95,10 +95,12 @@ def replay_fleet(cfgs: Sequence[SimConfig], trace: Trace, router: str | RouterSp
             monitor = SloMonitor(stop_on_fail[0], reqs, stop_on_fail[1])
             aborted = _run_monitored(env, monitor, reps, reqs, checks, bound=spec.static or len(reps) == 1)
             failing = monitor.failing(env.now) if aborted else ()
-    api = leave(sent, fe, ing) if fe is not None and ing is not None else no_frontend(sent)
+    steps = [r.log.frame() for r in reps]
+    api = leave(sent, fe, ing, [step_ends(s) for s in steps], assigned) if fe is not None and ing is not None \
+        else no_frontend(sent)
     frame = with_columns(request_frame(sent), api)
     frame["replica"] = assigned  # indexed by uid
-    return FleetResult(frame, [r.log.frame() for r in reps], [int(r.sched.num_preemptions) for r in reps],
+    return FleetResult(frame, steps, [int(r.sched.num_preemptions) for r in reps],
                        aborted, failing, sum(r.ff_steps for r in reps), tuple(int(r.kv.evictions) for r in reps))
 
 

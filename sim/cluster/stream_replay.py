@@ -64,7 +64,8 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
     env = simpy.Environment()
     # a tuple per step costs ~400 bytes until drained: the replicas share one chunk's worth
     chunk = max(2048, stream.CHUNK // len(cfgs))
-    sinks = [StepSink(out / f"steps-{i}.parquet" if out else None, cfg.block_size, chunk)
+    fe = fleet_frontend(cfgs)
+    sinks = [StepSink(out / f"steps-{i}.parquet" if out else None, cfg.block_size, chunk, keep_ends=fe is not None)
              for i, cfg in enumerate(cfgs)]
 
     def drainer(sink: StepSink):  # type: ignore[no-untyped-def]
@@ -72,7 +73,6 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
 
     reps: list[Replica] = [new_replica(env, cfg, on_progress=drainer(s)) for cfg, s in zip(cfgs, sinks, strict=True)]
     sent = make_requests(trace, cfgs[0])
-    fe = fleet_frontend(cfgs)
     ing, reqs = enter(sent, fe) if fe is not None else (None, sent)  # reqs: engine-arrival order
     state = RouterState([1.0] * len(cfgs), cfgs[0].block_size)
     if spec.static or len(reps) == 1:
@@ -90,7 +90,8 @@ def replay_streamed(cfgs: Sequence[SimConfig], trace: Trace, router: str = "leas
     with no_collections():
         env.run()
     stats = tuple(s.close(rep.log, rep.kv.paged) for s, rep in zip(sinks, reps, strict=True))
-    api = leave(sent, fe, ing) if fe is not None and ing is not None else no_frontend(sent)
+    api = leave(sent, fe, ing, [s.ends() for s in sinks], assigned) if fe is not None and ing is not None \
+        else no_frontend(sent)
     if out is not None:
         write_requests(sent, out / "requests.parquet", extra=api)
         pd.DataFrame({"replica": assigned}).to_parquet(out / "replica.parquet", index=False)

@@ -1,35 +1,37 @@
-"""Egress: the API server detokenizes and streams every token the engine produces.
+"""Egress: after every engine step, the API server streams that step's tokens to their clients.
 
-Computed after the engine has run, from each request's engine times: its first token at ``f``,
-its last at ``e``, ``n`` tokens in all. A request's egress work reaches its API server as
+vLLM's engine core hands its API server one batch of outputs per step (``EngineCoreOutputs``);
+the server's output handler detokenizes each request's new token and writes it to that
+request's stream. So egress work reaches a server in batches, at step ends::
 
-    at f         the first token's chunk(s)             (w1: the chat role chunk + token 1)
-    over (f, e)  tokens 2 .. n-1, spread evenly          (n - 2) x output_token_s, a ramp
-    at e         the last token and the stream's end     output_token_s + end_s
+    a request's first token         w1 = output_token_s (x 2 on the chat endpoint: a role chunk)
+    each later token but the last   output_token_s
+    its last token                  output_token_s + end_s (the finish chunks; end_s alone if
+                                    the first token was also the last)
 
-and the client sees a token when the server has done all egress work that reached it before
-(FIFO) in the time its ingress work leaves free: the server runs ingress first (preemptive
-priority), so ingress times (:mod:`sim.frontend.ingress`) stay what the engine saw. The queue
-is solved as a fluid: between two consecutive event times every rate is constant, so the
-backlog ``B`` after each event follows ``B_k = max(0, B_{k-1} + work_in_k - capacity_k) + jump_k``,
-solved at once by running sums; a chunk arriving at ``t`` with backlog ``B`` (its own work
-included) is delivered when the server's free capacity ``C`` has grown by ``B``:
-``C^-1(C(t) + B)``, where ``C(t) = t - ingress busy time up to t``.
+A request's tokens after its first come one per step of the replica that decodes it: at that
+replica's step ends strictly after the first token and before the last, at most
+``output_tokens - 2`` of them (a request preempted meanwhile is charged at the steps it sat out,
+so its work arrives early by those steps; the total is exact). A rejection's error reply
+carries no modelled work.
 
-Approximations (said in the README too): tokens between the first and the last arrive evenly
-rather than at step ends (exact at the first and the last token, which set TTFT and E2E); and
-vLLM's asyncio event loop runs ingress and egress work roughly first-come first-served, where
-kvsim serves ingress first. Both do the same work, so a saturated server finishes at the same
-time; in a burst (every request sent before the first token exists) the two are the same
-schedule, since first-come first-served also puts every ingress ahead of all egress. They differ
-only under sustained overload, where requests sent while tokens are queued enter the engine
-earlier in kvsim and their tokens leave correspondingly later. A token whose backlog ends just
-as an ingress begins waits for that ingress (priority): such knife edges move single tokens by
-one ingress time, not totals.
+All work reaching one server at one instant is one batch; it is served behind the work queued
+before it (FIFO), in the time the server's ingress leaves free (ingress has preemptive
+priority, :mod:`sim.frontend.ingress`, so the engine's arrival times never move), and every
+chunk of it reaches its client when the whole batch is done. Between batches nothing arrives,
+so the backlog after batch ``k`` (its own work ``J_k`` included) is
+``B_k = max(0, B_{k-1} - free_k) + J_k``, solved at once by running sums, and batch ``k`` is
+delivered at ``C^-1(C(t_k) + B_k)``, where ``C(t) = t - ingress busy time before t``.
+
+Causal: a delivery depends only on the work that arrived before it and on the ingress the
+server runs before it is done, never on later engine events. A closed loop therefore solves
+its server as the run goes, chunk by chunk (:class:`Stream` carries the backlog across), the
+same arithmetic as an open loop's one chunk (:mod:`sim.frontend.live`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +47,7 @@ class Capacity:
 
     @classmethod
     def of(cls, start: np.ndarray, end: np.ndarray) -> Capacity:
+        start, end = np.asarray(start, np.float64), np.asarray(end, np.float64)
         length = end - start
         return cls(start, length, np.concatenate(([0.0], np.cumsum(length))))
 
@@ -63,55 +66,78 @@ class Capacity:
         return y + self.before[k]
 
 
-def _events(f: np.ndarray, e: np.ndarray, n: np.ndarray, w1: float, token_s: float, end_s: float,
-            cap: Capacity) -> tuple[np.ndarray, ...]:
-    """Every event of one server in (time, request) order: (time, jump, slope change, index of the
-    event among the requests' events). Laid out as the ingress edges, then per request its first
-    and its last token, so one stable sort on time keeps ties in that order (edges first, then by
-    request, first before last). A request that did not finish gets an empty last event."""
-    done = e >= 0
-    ramp = np.where(done & (n > 2), (n - 2) * token_s, 0.0)
-    span = np.where(done, e - f, 0.0)
-    slope = np.where(span > 0, ramp / np.where(span > 0, span, 1.0), 0.0)
-    last = np.where(done, np.where(n >= 2, token_s, 0.0) + end_s + np.where(span > 0, 0.0, ramp), 0.0)
-    edges = np.concatenate((cap.start, cap.start + cap.length))
-    t, jump, dslope = (np.empty(len(edges) + 2 * len(f)) for _ in range(3))
-    t[:len(edges)], jump[:len(edges)], dslope[:len(edges)] = edges, 0.0, 0.0
-    req_t, req_jump, req_slope = t[len(edges):], jump[len(edges):], dslope[len(edges):]
-    req_t[0::2], req_t[1::2] = f, np.where(done, e, f)
-    req_jump[0::2], req_jump[1::2] = w1, last
-    req_slope[0::2], req_slope[1::2] = slope, -slope
-    order = np.argsort(t, kind="stable")
-    return t[order], jump[order], dslope[order], order - len(edges)
+@dataclass(slots=True)
+class Stream:
+    """One server's egress queue, carried from one chunk of batches to the next."""
+
+    t: float = -math.inf   # the last batch solved
+    backlog: float = 0.0   # the work left at ``t``, that batch's included
+
+    def solve(self, cap: Capacity, times: np.ndarray, work: np.ndarray) -> np.ndarray:
+        """Delivery time of each batch (``times`` increasing, after :attr:`t`). ``cap`` must hold
+        every ingress interval that ends after :attr:`t` and starts before the last delivery."""
+        if not len(times):
+            return np.zeros(0)
+        carried = self.t > -math.inf
+        if carried:
+            times, work = np.r_[self.t, times], np.r_[self.backlog, work]
+        c = cap.at(times)
+        z = np.cumsum(work - np.diff(c, prepend=c[0]))
+        backlog = z - np.minimum(0.0, np.minimum.accumulate(z - work))
+        out = cap.when(c + backlog)
+        self.t, self.backlog = float(times[-1]), float(backlog[-1])
+        return out[1:] if carried else out
 
 
-def deliver_server(f: np.ndarray, e: np.ndarray, n: np.ndarray, cap: Capacity, w1: float, token_s: float,
-                   end_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """(client first-token time, client finish time) of one server's requests; ``e < 0``: the
-    request did not finish (no finish, NaN)."""
-    t, jump, dslope, slot = _events(f, e, n, w1, token_s, end_s, cap)
-    slope = np.maximum(np.cumsum(dslope), 0.0)
-    dt = np.diff(t, prepend=t[0])
-    arrived = np.concatenate(([0.0], slope[:-1])) * dt
-    c = cap.at(t)
-    z = np.cumsum(arrived - np.diff(c, prepend=c[0]) + jump)
-    backlog = z - np.minimum(0.0, np.minimum.accumulate(z - jump))
-    out = np.empty(2 * len(f))
-    mine = slot >= 0
-    out[slot[mine]] = cap.when(c[mine] + backlog[mine])
-    first, finish = out[0::2], np.where(e >= 0, out[1::2], np.nan)
-    return first, finish
+def middle_counts(ends: np.ndarray, k0: int, k1: int, first: np.ndarray, finish: np.ndarray,
+                  n: np.ndarray) -> np.ndarray:
+    """How many middle tokens each of the steps ``ends[k0:k1]`` of one replica streams: one per
+    request (first token at ``first``, last at ``finish``, inf while running; ``n`` output
+    tokens) at each step end after its first token and before its last, at most ``n - 2``."""
+    lo = np.searchsorted(ends, first, "right")
+    hi = np.minimum(lo + np.maximum(n - 2, 0), np.searchsorted(ends, finish, "left"))
+    a, b = np.clip(lo, k0, k1) - k0, np.clip(np.maximum(hi, lo), k0, k1) - k0
+    d = np.zeros(k1 - k0 + 1)
+    np.add.at(d, a, 1.0)
+    np.add.at(d, b, -1.0)
+    return np.cumsum(d)[:-1]
 
 
-def deliver(first_s: np.ndarray, finish_s: np.ndarray, n_out: np.ndarray, server: np.ndarray,
-            busy: tuple[tuple[np.ndarray, np.ndarray], ...], w1: float, token_s: float,
-            end_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """Client first-token and finish times of every request (uid order): NaN where the engine
-    gave none (``first_s`` / ``finish_s`` < 0)."""
+def batches(times: list[np.ndarray], work: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The server's batches: its distinct arrival instants (increasing) and the work of each."""
+    t = np.concatenate(times) if times else np.zeros(0)
+    u, inv = np.unique(t, return_inverse=True)
+    return u, np.bincount(inv, weights=np.concatenate(work) if work else None, minlength=len(u))
+
+
+def last_work(n: np.ndarray, token_s: float, end_s: float) -> np.ndarray:
+    """The last chunk's work: its token (unless the first token was the last) and the close."""
+    return np.where(n >= 2, token_s, 0.0) + end_s
+
+
+def deliver(first_s: np.ndarray, finish_s: np.ndarray, n_out: np.ndarray, n_max: np.ndarray,
+            server: np.ndarray, busy: tuple[tuple[np.ndarray, np.ndarray], ...], replica: np.ndarray,
+            ends: list[np.ndarray], w1: float, token_s: float, end_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Client first-token and finish times of every request (uid order) of a run, in one chunk:
+    NaN where the engine gave none (``first_s`` / ``finish_s`` < 0). ``replica``: the index into
+    ``ends`` (each replica's step ends) of the replica that decoded each request; ``n_max`` its
+    ``output_tokens``."""
     first, finish = np.full(len(first_s), np.nan), np.full(len(first_s), np.nan)
     for k, (start, end) in enumerate(busy):
         m = np.flatnonzero((server == k) & (first_s >= 0))
-        if len(m):
-            first[m], finish[m] = deliver_server(first_s[m], finish_s[m], n_out[m], Capacity.of(start, end),
-                                                 w1, token_s, end_s)
+        if not len(m):
+            continue
+        f, e = first_s[m], np.where(finish_s[m] >= 0, finish_s[m], math.inf)
+        done = np.isfinite(e)
+        ts, ws = [f, e[done]], [np.full(len(m), w1), last_work(n_out[m][done], token_s, end_s)]
+        for r, at in enumerate(ends):
+            mine = replica[m] == r
+            if mine.any() and len(at):
+                c = middle_counts(at, 0, len(at), f[mine], e[mine], n_max[m][mine])
+                ts.append(at[c > 0])
+                ws.append(token_s * c[c > 0])
+        u, work = batches(ts, ws)
+        d = Stream().solve(Capacity.of(start, end), u, work)
+        first[m] = d[np.searchsorted(u, f)]
+        finish[m[done]] = d[np.searchsorted(u, e[done])]
     return first, finish

@@ -5,13 +5,15 @@ the request records; the engine and its fast-forward are untouched.
     ing, inbox = enter(reqs, fe)        # each request's arrival_s is now its engine arrival
     rep.submit_all(inbox)               # (in engine-arrival order)
     env.run()
-    columns = leave(reqs, fe, ing)      # arrival_s back to the send time; first_token_s and
+    columns = leave(reqs, fe, ing, [step_ends(rep.log.frame())])
+                                        # arrival_s back to the send time; first_token_s and
                                         # finish_s now when the client receives them
 
 So ``ttft_s`` and ``e2e_s`` are what a client measures (``vllm bench serve``), and the engine's
 own queueing stays visible as ``first_scheduled_s - engine_arrival_s``. Everything is a function
-of the send times and the engine's token times: no randomness, and the same in fast-forward and
-``--exact-steps`` runs, since their engine times are.
+of the send times, the engine's token times and its step ends: no randomness, and the same in
+fast-forward and ``--exact-steps`` runs, since their engine times are. A closed loop, whose sends
+wait on deliveries, solves the same server as the run goes (:mod:`sim.frontend.live`).
 """
 
 from __future__ import annotations
@@ -80,24 +82,40 @@ def enter(reqs: Sequence[Request], fe: FrontEnd) -> tuple[Ingress, list[Request]
     return ing, [reqs[i] for i in order.tolist()]
 
 
-def leave(reqs: Sequence[Request], fe: FrontEnd, ing: Ingress) -> dict[str, np.ndarray]:
-    """Stream every request's tokens through its API server: ``first_token_s`` and ``finish_s``
-    become the client's times, ``arrival_s`` the send time again. Returns the new columns."""
+def step_ends(steps: pd.DataFrame) -> np.ndarray:
+    """A replica's step ends (increasing), from its steps frame."""
+    return (steps["start_s"] + steps["duration_s"]).to_numpy(np.float64) if len(steps) else np.zeros(0)
+
+
+def leave(reqs: Sequence[Request], fe: FrontEnd, ing: Ingress, ends: Sequence[np.ndarray],
+          replica: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Stream every request's tokens through its API server (:mod:`sim.frontend.egress`):
+    ``first_token_s`` and ``finish_s`` become the client's times, ``arrival_s`` the send time
+    again. ``ends``: each replica's step ends; ``replica``: per request (uid order) the one that
+    decoded it (None: one replica). Returns the new columns."""
     first, finish = _attrs(reqs, ("first_token_s", "finish_s"), np.float64)
-    status, n_out = _attrs(reqs, ("status", "num_output"), np.int64)
+    status, n_out, n_max = _attrs(reqs, ("status", "num_output", "output_tokens"), np.int64)
     finish = np.where(status == Status.FINISHED, finish, -1.0)
     p = fe.profile
-    got_first, got_finish = deliver(first, finish, n_out, ing.server, ing.busy,
+    rep = np.zeros(len(reqs), np.int64) if replica is None else np.asarray(replica, np.int64)
+    got_first, got_finish = deliver(first, finish, n_out, n_max, ing.server, ing.busy, rep, list(ends),
                                     p.first_token_s(fe.endpoint), p.output_token_s, p.end_s)
-    for r, a, f1, f2 in zip(reqs, ing.send_s.tolist(), got_first.tolist(), got_finish.tolist(), strict=True):
+    return client_times(reqs, ing.send_s, ing.engine_arrival_s, ing.server, got_first, got_finish)
+
+
+def client_times(reqs: Sequence[Request], send: np.ndarray, engine: np.ndarray, server: np.ndarray,
+                 got_first: np.ndarray, got_finish: np.ndarray) -> dict[str, np.ndarray]:
+    """Set each request's times to its client's (send, first token, last token) and return the
+    front-end's columns (engine times kept in them as differences)."""
+    first, finish = _attrs(reqs, ("first_token_s", "finish_s"), np.float64)
+    for r, a, f1, f2 in zip(reqs, send.tolist(), got_first.tolist(), got_finish.tolist(), strict=True):
         r.arrival_s = a
         if f1 == f1:  # not NaN: the engine gave it a token
             r.first_token_s = f1
         if f2 == f2:
             r.finish_s = f2
-    return {"api_server": ing.server, "engine_arrival_s": ing.engine_arrival_s,
-            "api_ingress_s": ing.engine_arrival_s - ing.send_s, "api_first_egress_s": got_first - first,
-            "api_egress_s": got_finish - finish}
+    return {"api_server": server, "engine_arrival_s": engine, "api_ingress_s": engine - send,
+            "api_first_egress_s": got_first - first, "api_egress_s": got_finish - finish}
 
 
 def no_frontend(reqs: Sequence[Request]) -> dict[str, np.ndarray]:

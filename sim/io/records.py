@@ -72,7 +72,7 @@ def concat_steps(parts: list[np.ndarray]) -> np.ndarray:
 
 
 Fold = Callable[[Any, Any], None]
-Deferred = tuple[Callable[[list[Any]], np.ndarray], Any, int, Fold | None]
+Deferred = tuple[Callable[[list[Any]], np.ndarray], Any, int, Fold | None, Callable[[Any], np.ndarray] | None]
 """A part held unconverted: ``(make, item, n, fold)``; ``make(items)`` lays out the ``n``
 records of each item, in order, as one STEP_DTYPE array; ``fold(item, sums)``, where given,
 adds them to a :class:`~sim.io.step_fold.StepSums` without laying them out (see
@@ -103,12 +103,13 @@ class StepLog:
     def __len__(self) -> int:
         return self.in_parts + len(self.rows)
 
-    def defer(self, make: Callable[[list[Any]], np.ndarray], item: Any, n: int, fold: Fold | None = None) -> None:
+    def defer(self, make: Callable[[list[Any]], np.ndarray], item: Any, n: int, fold: Fold | None = None,
+              ends_of: Callable[[Any], np.ndarray] | None = None) -> None:
         """Append the ``n`` records ``make([item])`` would give (after every record so far),
         laid out only when the log is read, with every other deferred item of the same ``make``
         (one call for all); ``fold(item, sums)`` folds them into summary sums without them."""
         self.cuts.append(len(self.rows))
-        self.parts.append((make, item, n, fold))
+        self.parts.append((make, item, n, fold, ends_of))
         self.in_parts += n
         if len(self.rows) >= self.FOLD_AT:
             self._merge()
@@ -121,7 +122,7 @@ class StepLog:
         for make in dict.fromkeys(p[0] for _, p in todo):
             mine = [(i, p) for i, p in todo if p[0] is make]
             laid, start = make([p[1] for _, p in mine]), 0
-            for i, (_, _, n, _) in mine:
+            for i, (_, _, n, _, _) in mine:
                 out[i] = laid[start:start + n]
                 start += n
             if start != len(laid):
@@ -160,31 +161,46 @@ class StepLog:
         self.parts, self.cuts, self.in_parts = [], [], 0
         return a
 
-    def fold_into(self, sums: Any) -> None:
+    def fold_into(self, sums: Any, ends: list[np.ndarray] | None = None) -> None:
         """Fold every record held into ``sums`` (a :class:`~sim.io.step_fold.StepSums`), in step
         order, and empty the log: tuples and runs straight from what the log holds where the
         fold is compiled, without laying out a record; else the records, laid out as by
-        :meth:`take`. Either way the same sums (sequential, in step order)."""
+        :meth:`take`. Either way the same sums (sequential, in step order). ``ends``: also
+        append the step ends (start + duration, in step order), for the API server's egress."""
         if not sums.compiled:
             a = self.take()
             if a is not None:
                 sums.add_records(a)
+                if ends is not None:
+                    ends.append(a["start_s"] + a["duration_s"])
             return
         rows, prev = self.rows, 0
         for cut, part in zip(self.cuts, self.parts, strict=True):
             if cut > prev:
-                sums.add_tuples(rows, prev, cut)
+                self._fold_tuples(sums, prev, cut, ends)
                 prev = cut
             if not isinstance(part, tuple):
                 sums.add_records(part)
-            elif part[3] is not None:
+                if ends is not None:
+                    ends.append(part["start_s"] + part["duration_s"])
+            elif part[3] is not None and (ends is None or part[4] is not None):
                 part[3](part[1], sums)
+                if ends is not None and part[4] is not None:
+                    ends.append(part[4](part[1]))
             else:
-                sums.add_records(part[0]([part[1]]))
+                a = part[0]([part[1]])
+                sums.add_records(a)
+                if ends is not None:
+                    ends.append(a["start_s"] + a["duration_s"])
         if prev < len(rows):
-            sums.add_tuples(rows, prev, len(rows))
+            self._fold_tuples(sums, prev, len(rows), ends)
         rows.clear()  # in place: the engine keeps its bound append
         self.parts, self.cuts, self.in_parts = [], [], 0
+
+    def _fold_tuples(self, sums: Any, a: int, b: int, ends: list[np.ndarray] | None) -> None:
+        sums.add_tuples(self.rows, a, b)
+        if ends is not None:  # (StepRow: start_s, duration_s at 1, 2)
+            ends.append(np.array([r[1] + r[2] for r in self.rows[a:b]], np.float64))
 
     def frame(self) -> pd.DataFrame:
         a = self._merge()

@@ -66,9 +66,11 @@ def stats_of(acc: StepSums, paged: bool) -> StepStats:
 class StepSink:
     """Drains step logs by chunks into running summary sums and, with ``path``, a Parquet file."""
 
-    def __init__(self, path: Path | None = None, block_size: int = 16, chunk: int | None = None) -> None:
+    def __init__(self, path: Path | None = None, block_size: int = 16, chunk: int | None = None,
+                 keep_ends: bool = False) -> None:
         self.path, self.block_size, self.chunk = path, block_size, chunk or CHUNK
         self._sums = StepSums(block_size)
+        self._ends: list[np.ndarray] | None = [] if keep_ends else None  # the API server's egress needs them
         self._pending: np.ndarray | None = None   # drained rows short of a whole chunk
         self._writer: Any = None
 
@@ -81,11 +83,13 @@ class StepSink:
         (and, with ``final``, the remainder). Without a file to write, the log folds what it
         holds straight into the sums (:meth:`StepLog.fold_into`: no record array is built)."""
         if self.path is None:
-            log.fold_into(self._sums)
+            log.fold_into(self._sums, self._ends)
             return
         a = log.take()
         if a is not None:
             self._sums.add_records(a)  # (sequential sums: the chunks below need not be folded apart)
+            if self._ends is not None:
+                self._ends.append(a["start_s"] + a["duration_s"])
             self._pending = a if self._pending is None else concat_steps([self._pending, a])
         p = self._pending
         if p is None:
@@ -94,6 +98,10 @@ class StepSink:
         if whole:
             self._write(p[:whole])
         self._pending = p[whole:] if whole < len(p) else None
+
+    def ends(self) -> np.ndarray:
+        """The step ends drained so far (``keep_ends``), in step order."""
+        return np.concatenate(self._ends) if self._ends else np.zeros(0)
 
     def _write(self, a: np.ndarray) -> None:
         import pyarrow as pa

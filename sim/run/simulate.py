@@ -25,7 +25,7 @@ from sim.collector import no_collections
 from sim.config.schema import SimConfig
 from sim.engine.replica import Replica
 from sim.frontend.report import api_server_info
-from sim.frontend.stage import FrontEnd, enter, leave, no_frontend, with_columns
+from sim.frontend.stage import FrontEnd, enter, leave, no_frontend, step_ends, with_columns
 from sim.io.ingest import make_requests
 from sim.io.records import StepLog
 from sim.io.results import request_columns, request_frame
@@ -136,8 +136,8 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
         ing, inbox = enter(reqs, fe) if fe is not None else (None, reqs)
         env = simpy.Environment()
         kv, sched = parts.kv, parts.sched
-        sink = StepSink(stream_to / "steps.parquet" if stream_to else None, kv.block_size) \
-            if summary_only or stream_to else None
+        sink = StepSink(stream_to / "steps.parquet" if stream_to else None, kv.block_size,
+                        keep_ends=fe is not None) if summary_only or stream_to else None
         on_progress = None
         if progress is not None or sink is not None:
             total = len(reqs)
@@ -159,16 +159,21 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
         env.run()
     if check:
         kv.check([])
-    api = leave(reqs, fe, ing) if fe is not None and ing is not None else no_frontend(reqs)
+    if sink is None:
+        steps = rep.log.frame()
+        stats: pd.DataFrame | StepStats = steps
+        ends = step_ends(steps)
+    else:
+        stats, steps = sink.close(rep.log, kv.paged), StepLog().frame()
+        ends = sink.ends()
+    api = leave(reqs, fe, ing, [ends]) if fe is not None and ing is not None else no_frontend(reqs)
     sim_s = time.perf_counter() - t0
     counters = RunCounters(rep.ff_steps, rep.busy_s, sched.num_preemptions,
                            sched.preemption.fallbacks, kv.evictions, _prefix(sched.stats),
                            kv.paged, kv.block_size)
     if sink is None:
-        requests_df, steps = with_columns(request_frame(reqs), api), rep.log.frame()
-        stats: pd.DataFrame | StepStats = steps
+        requests_df = with_columns(request_frame(reqs), api)
     else:
-        stats, steps = sink.close(rep.log, kv.paged), StepLog().frame()
         if stream_to is not None:
             write_requests(reqs, stream_to / "requests.parquet", extra=api)
         requests_df = with_columns(request_columns(reqs), api)

@@ -119,3 +119,9 @@ def fold_piece(piece: tuple[RunRows, int, int], sums: Any) -> None:
         raise ValueError("runs of one step log have one block size")
     comp0 = sh.decoders if sh.lag else 0
     sums.add_run(rr.ctx, rr.cum, rr.dts, a, b, sh.lag, (comp0, sh.shared, sh.usable, sh.free0, sh.nulls))
+
+
+def run_ends(piece: tuple[RunRows, int, int]) -> np.ndarray:
+    """The step ends (start + duration) of rows ``a .. b-1``, as :func:`lay_out`'s records give them."""
+    rr, a, b = piece
+    return rr.starts(a, b) + rr.durations(a, b)

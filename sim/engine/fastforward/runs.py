@@ -39,7 +39,7 @@ from typing import Any
 from sim.engine.fastforward.decoders import boundary
 from sim.engine.fastforward.pause import Nap, Pausing, pause
 from sim.engine.fastforward.run_layout import lay_out_run
-from sim.engine.fastforward.run_records import RunRows, RunShape, fold_piece, lay_out
+from sim.engine.fastforward.run_records import RunRows, RunShape, fold_piece, lay_out, run_ends
 from sim.engine.step import StepKernel
 from sim.kv.base import DecodeBlocks
 
@@ -247,7 +247,7 @@ class QuietRuns:
             low = self._f(b)  # free blocks only fall along a run: the last boundary step's slack
             if low < margin.pass_min:
                 margin.pass_min = low
-        k.log.defer(lay_out, (self.rows, a, b), b - a, fold_piece)  # laid out (or folded) when read
+        k.log.defer(lay_out, (self.rows, a, b), b - a, fold_piece, run_ends)  # laid out (or folded) when read
         busy = self.busy
         if k.busy_s == busy[a]:  # the sums laid out start from here (always, unless a run is resumed elsewhere)
             k.busy_s = busy[b]
