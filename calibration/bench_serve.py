@@ -16,8 +16,8 @@ cover every completed request, and the replay sends the same count and measures 
 With ``--max-concurrency N`` the client is a closed loop: at most N requests in flight, the next
 (in order) sent when one finishes, and not before its rate time. Its stage's ``arrival`` is
 ``"closed loop of N"`` (:func:`closed_loop_of`), which the replay sends through kvsim's own
-closed-loop clients (:mod:`sim.run.clients`). Those do not model the API server in front yet, so
-the replay runs without one, and the run's name says so (it is what ``calibrate check`` prints).
+closed-loop clients (:mod:`sim.run.clients`), behind the API server as ``vllm bench serve`` ran
+(one, solved as the run goes: :mod:`sim.frontend.live`); the run's name says it is a closed loop.
 What kvsim cannot replay is refused: a request-rate ramp.
 """
 
@@ -32,7 +32,7 @@ from sim.errors import ConfigError
 
 SUFFIXES = (".json", ".jsonl")
 CLOSED_LOOP = "closed loop of "      # Stage.arrival of a --max-concurrency run, then N
-CLOSED_NOTE = "closed loop {n}, no front-end"  # in the run's name: the replay has no API server
+CLOSED_NOTE = "closed loop {n}"  # in the run's name
 #: (where, run, fields): one result, named by its file (and line), as ``Stage`` fields
 # (``serving_runs`` makes the stage: this module knows vLLM's keys, not the stage)
 Record = tuple[str, str, dict[str, Any]]

@@ -14,9 +14,9 @@ The trace (one seeded numpy Generator, :func:`stage_trace`):
   rate), each request's own lengths when the run saved them; every request is measured, as the
   client measured every answer;
 - a ``--max-concurrency N`` run (``calibration.bench_serve.closed_loop_of``): the same requests
-  in order through kvsim's closed loop of N (``sim.run.clients``): each sent when a slot frees,
-  not before its rate time. That loop has no API server in front yet, so neither has the replay
-  (``api_server_count`` 0; the stage's name says so). A request's engine arrival is its send time.
+  in order through kvsim's closed loop of N (``sim.run.clients``): each sent when a slot frees
+  (the last chunk reaches its client through the API server), not before its rate time. A
+  request's engine arrival is its ingress's end.
 
 :func:`replay_stages` is the one path of both ``kvsim calibrate check`` and ``calibrate fit
 --from``, so a fitted profile is checked exactly as it was fitted. A stack named by a YAML file is
@@ -26,8 +26,9 @@ cache (``sim/run/static.py``) keys a serving stack by its name only.
 :func:`replay` runs the stage with the serving stack given (a name or a profile YAML) and also
 records, per step, the stack's inputs (kernel time, sequences, a prefill flag), so the fit can
 move the stack's coefficients along the measured schedule (``calibration/v1_fit.py``): a request's
-gradient sums the steps after its engine arrival (in a closed loop, its send: the end of the step
-that freed its slot, which is not its own) up to its first token / finish.
+gradient sums the steps after its engine arrival (its ingress's end; without an API server, a
+closed loop's send: the end of the step that freed its slot, which is not its own) up to its
+first token / finish.
 """
 
 from __future__ import annotations
@@ -169,8 +170,6 @@ class StageResult:
 def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150.0, outputs: str = "auto",
            **cfg_kw: Any) -> StageResult:
     slots = closed_loop_of(st.arrival)
-    if slots is not None:  # the closed loop models no API server yet (sim/run/clients.py)
-        cfg_kw = {**cfg_kw, "api_server_count": 0}
     cfg = stage_config(st, stack, seed=seed, **cfg_kw)
     trace = stage_trace(st, np.random.default_rng(seed), window_s, outputs)
     parts = build(cfg)
@@ -180,10 +179,10 @@ def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150
     parts = parts._replace(cost=rec)
     reqs = make_requests(trace, cfg)
     fe = FrontEnd.of(cfg)  # the API server, as simulate runs it: the client's times are measured
-    ing, inbox = enter(reqs, fe) if fe is not None else (None, reqs)
+    loop = closed_loop(ClientSpec(slots), trace, reqs, fe) if slots is not None else None
+    ing, inbox = enter(reqs, fe) if fe is not None and loop is None else (None, reqs)
     env = simpy.Environment()
     rep = new_replica(env, cfg, parts=parts)
-    loop = closed_loop(ClientSpec(slots), trace, reqs, fe) if slots is not None else None
     if loop is not None:
         loop.feed(rep)  # sets each later request's arrival_s to its send time as the run goes
     else:
@@ -192,7 +191,9 @@ def replay(st: Stage, stack: str, *, seed: int = 0, window_s: float | None = 150
     eng = request_frame(reqs)  # the engine's own times: the steps between them move with the stack
     steps = rep.log.frame()
     ends = step_ends(steps)
-    if fe is not None and ing is not None:
+    if loop is not None and loop.live is not None:
+        loop.live.columns()
+    elif fe is not None and ing is not None:
         leave(reqs, fe, ing, [ends])
     q = request_frame(reqs)
     feats = np.asarray(rec.rows, dtype=np.float64).reshape(-1, len(FEATURES) + 1)[:, :len(FEATURES)]

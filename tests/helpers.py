@@ -412,8 +412,8 @@ def assert_ff_identical_closed_loop(cfg_kw: dict[str, Any], trace: Any, max_conc
 def vllm_bench_closed_loop(stack: Path, n: int, concurrency: int, seed: int, *,
                            model_id: str = "meta-llama/Llama-3.1-8B-Instruct") -> dict[str, Any]:
     """What `vllm bench serve --max-concurrency N --request-rate inf --save-result --save-detailed`
-    writes, for a run simulated by kvsim under ``stack`` with its own closed loop of N clients and
-    no API server (``n`` prompts of 300-1200 tokens, 60-260 out, in order, on one H100)."""
+    writes, for a run simulated by kvsim under ``stack`` with its own closed loop of N clients behind
+    one API server (``n`` prompts of 300-1200 tokens, 60-260 out, in order, on one H100)."""
     import time
 
     import numpy as np
@@ -426,7 +426,7 @@ def vllm_bench_closed_loop(stack: Path, n: int, concurrency: int, seed: int, *,
     rng = np.random.default_rng(seed)
     p, o = rng.integers(300, 1200, n), rng.integers(60, 260, n)
     df = pd.DataFrame({"arrival_s": np.zeros(n), "prompt_tokens": p, "output_tokens": o})
-    cfg = make_config(model=model_id, gpu="h100", serving_stack=str(stack), seed=seed, api_server_count=0)
+    cfg = make_config(model=model_id, gpu="h100", serving_stack=str(stack), seed=seed)
     q = simulate(cfg, Trace(validate(df, "bench"), "bench", "synthetic"), clients=ClientSpec(concurrency)).requests  # uid = send order
     ttft, e2e, out = (q[c].to_numpy(float) for c in ("ttft_s", "e2e_s", "output_tokens"))
     dur = float(q["finish_s"].max())

@@ -189,12 +189,6 @@ def test_n_below_one_is_refused_in_one_line(n: int, tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
 
 
-def test_closed_loop_behind_an_api_server_is_refused() -> None:
-    tr = make_trace([dict(arrival_s=0.0, prompt_tokens=10, output_tokens=2)])
-    with pytest.raises(ConfigError, match="--api-server-count 0"):
-        simulate(make_config(cost_model="constant:0.01", api_server_count=1), tr, clients=ClientSpec(2))
-
-
 @pytest.mark.parametrize("rows, field", [
     ([dict(session_id="a", turn=1, think_time_s=0.0), dict(session_id="a", turn=3, think_time_s=1.0)], "turn"),
     ([dict(session_id="a", turn=1, think_time_s=0.0), dict(session_id="a", turn=2, think_time_s=-1.0)],

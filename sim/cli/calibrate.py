@@ -127,7 +127,7 @@ def _table(results: list[Any]) -> list[str]:
         n = closed_loop_of(str(r.stage.arrival))
         if n is not None:
             out.append(f"note: {r.stage.key}: replayed as a closed loop of {n} clients (--max-concurrency), "
-                       "without the API server (not modelled in closed loops yet)")
+                       "each sent when the one before reaches its client through the API server")
     return out
 
 

@@ -101,7 +101,7 @@ class ClusterRun:
         self.reqs = self.sent  # in engine-arrival order, the router's
         if self.fe is not None:
             self.ing, self.reqs = enter(self.sent, self.fe)
-        self.loop = closed_loop(clients, trace, self.sent, self.fe)  # None: open loop
+        self.loop = closed_loop(clients, trace, self.sent, self.fe, fleet=True)  # None: open loop
         if self.loop is not None:  # the router's first arrivals; the rest sent at finishes
             self.reqs = behind_router(self.loop, self.reps, roles, self._dispatch, lambda c: self.sent[c.uid])
         self.clones: dict[int, Request] = {}

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+TIE_S = 1e-12  # seconds: a delivery and an ingress start closer than this are the same instant
+
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
@@ -61,8 +63,9 @@ class Capacity:
 
     def when(self, y: np.ndarray) -> np.ndarray:
         """The first time the free capacity reaches ``y`` (work done just before a busy interval
-        is done at its start)."""
-        k = np.searchsorted(self.start - self.before[:-1], y, "left")
+        is done at its start, within ``TIE_S``: an ingress sent the instant a chunk is delivered,
+        as a closed loop's is, comes after it whatever the float sums' last bits)."""
+        k = np.searchsorted(self.start - self.before[:-1], y - TIE_S, "left")
         return y + self.before[k]
 
 

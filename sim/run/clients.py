@@ -22,13 +22,12 @@ re-reads the inbox's next arrival after each one, so results are bit-identical t
 the hook is every instance's, and a send goes to the router at its time
 (:mod:`sim.cluster.sends`).
 
-Not modelled yet (refused): both kinds at once (a slot would go to a turn not yet ready, so the
-choice needs times not known at the finish); fanned-out samples (``n > 1``); and the API server in
-front (``--api-server-count 0`` needed). Its ingress could run as each request is sent, but its
-egress is a queue solved after the run in which ingress has priority: a request sent the moment
-the previous one's last chunk would be delivered (engine finish + ``output_token_s + end_s``)
-then delays that very chunk by its own ingress, so the reported client finish lands after the
-send it caused. A closed loop behind the API server needs egress solved as the run goes.
+Behind one replica's API server (the default ``--api-server-count 1``), ``--max-concurrency``
+frees a slot when the last chunk reaches the client: the server is solved as the run goes
+(:mod:`sim.frontend.live`) and the replica steps exactly. Not modelled yet (refused): both kinds
+at once (a slot would go to a turn not yet ready, so the choice needs times not known at the
+finish); fanned-out samples (``n > 1``); and, behind an API server, sessions, several servers
+and fleets (:func:`refuse` says why).
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ import pandas as pd
 
 from sim.engine.replica import Replica
 from sim.errors import ConfigError
+from sim.frontend.live import LiveFrontEnd
 from sim.frontend.stage import FrontEnd
 from sim.request import Request
 from workloads.schema import Trace, has_sessions
@@ -61,25 +61,38 @@ class ClientSpec:
 class ClosedLoop:
     """Sends ``reqs`` (uid order) as ``spec`` and the trace's sessions say; :meth:`feed` a replica."""
 
-    def __init__(self, reqs: Sequence[Request], slots: int | None, follows: np.ndarray, think: np.ndarray) -> None:
+    def __init__(self, reqs: Sequence[Request], slots: int | None, follows: np.ndarray, think: np.ndarray,
+                 live: LiveFrontEnd | None = None) -> None:
         self.reqs, self.slots = reqs, slots
         self.after = {int(p): i for i, p in enumerate(follows.tolist()) if p >= 0}  # uid -> its session's next turn
         self.think = think
         self.sent = 0
         self.send: Callable[[Request], None] | None = None
+        self.live = live  # the API server, solved as the run goes (sim/frontend/live.py)
 
     def first(self) -> list[Request]:
-        """The requests sent at their own times (arrival order)."""
+        """The requests sent at their own times (arrival order; behind an API server, each
+        ``arrival_s`` is then its engine arrival)."""
         if self.slots is not None:
             self.sent = min(self.slots, len(self.reqs))
-            return list(self.reqs[:self.sent])
-        later = set(self.after.values())
-        return [r for r in self.reqs if r.uid not in later]
+            out = list(self.reqs[:self.sent])
+        else:
+            later = set(self.after.values())
+            out = [r for r in self.reqs if r.uid not in later]
+        if self.live is not None:
+            for r in out:
+                self.live.send(r, r.arrival_s)
+        return out
 
     def feed(self, rep: Replica) -> None:
-        """Submit the first requests to ``rep`` and hook its finishes."""
+        """Submit the first requests to ``rep`` and hook its finishes (and, behind an API server,
+        its step ends: the replica then steps exactly)."""
         rep.submit_all(self.first())
         self.hook([rep], rep.submit_sent)
+        if self.live is not None:
+            rep.exact_steps = True
+            step_end, own = self.live.step_end, rep.on_step
+            rep.on_step = (lambda x: (own(x), step_end(x.env.now))[1]) if own else (lambda x: step_end(x.env.now))
 
     def hook(self, reps: Iterable[Replica], send: Callable[[Request], None]) -> None:
         """Hook every replica's finishes; a request is then sent with ``send`` (its time set)."""
@@ -89,14 +102,17 @@ class ClosedLoop:
 
     def done(self, gone: list[Request], t: float) -> None:
         """``gone`` left the engine at ``t``: send what that frees (a slot, a session's next turn)."""
-        send = self.send
+        send, live = self.send, self.live
         assert send is not None  # (hooked)
-        for r in gone:
+        free = live.released(gone, t) if live is not None else [t] * len(gone)  # the clients have them
+        for r, at in zip(gone, free, strict=True):
             if self.slots is not None:
                 if self.sent < len(self.reqs):
                     nxt = self.reqs[self.sent]
                     self.sent += 1
-                    nxt.arrival_s = max(nxt.arrival_s, t)
+                    nxt.arrival_s = max(nxt.arrival_s, at)
+                    if live is not None:
+                        live.send(nxt, nxt.arrival_s)
                     send(nxt)
                 continue
             i = self.after.get(r.uid)
@@ -143,30 +159,38 @@ def open_loop_only(df: pd.DataFrame, what: str, why: str) -> None:
                           f"before it ends, a closed loop; {why})")
 
 
-def refuse(slots: int | None, sessions: bool, fe: FrontEnd | None) -> str:
+def refuse(slots: int | None, sessions: bool, fe: FrontEnd | None, fleet: bool = False) -> str:
     """Raise the one-line refusal of clients not modelled yet (module docstring), else name them.
     Apart from :func:`closed_loop` so that a sweep checks every point before any runs."""
     what = "--max-concurrency" if not sessions else "a session trace"
     if slots is not None and sessions:
         raise ConfigError("not modelled yet: --max-concurrency with a session trace (give one)")
-    if fe is not None and (slots is not None or sessions):
-        raise ConfigError(f"not modelled yet: {what} with an API server in front (its queues are solved from "
-                          "the send times around the run); pass --api-server-count 0")
+    if fe is None or (slots is None and not sessions):
+        return what
+    why = ("a turn's think time can send a later finish's turn first" if sessions else
+           "a fleet's API servers are solved after the run" if fleet else
+           f"with {fe.servers} API servers a send on one can delay a reply already given on another"
+           if fe.servers > 1 else "")
+    if why:
+        raise ConfigError(f"not modelled yet: {what} behind an API server here ({why}); "
+                          f"pass --api-server-count {'0' if sessions or fleet else '1 or 0'}")
     return what
 
 
 def closed_loop(spec: ClientSpec | None, trace: Trace, reqs: Sequence[Request],
-                fe: FrontEnd | None) -> ClosedLoop | None:
-    """The clients of a run, or None when it is open loop (no --max-concurrency, no sessions)."""
+                fe: FrontEnd | None, fleet: bool = False) -> ClosedLoop | None:
+    """The clients of a run, or None when it is open loop (no --max-concurrency, no sessions).
+    ``fleet``: behind a router (one replica's API server only is solved as the run goes)."""
     slots = spec.max_concurrency if spec is not None else None
     sess = sessions_of(trace)
     if slots is None and sess is None:
         return None
-    what = refuse(slots, sess is not None, fe)
+    what = refuse(slots, sess is not None, fe, fleet)
     if len(reqs) != trace.num_requests or any(r.parent >= 0 for r in reqs):
         raise ConfigError(f"not modelled yet: {what} with fanned-out samples (n > 1 or beam search)")
     if sess is None:
-        return ClosedLoop(reqs, slots, np.full(len(reqs), -1, np.int64), np.zeros(len(reqs)))
+        live = LiveFrontEnd(fe, reqs) if fe is not None else None
+        return ClosedLoop(reqs, slots, np.full(len(reqs), -1, np.int64), np.zeros(len(reqs)), live)
     follows, think = sess
     chain_content(reqs, follows)
     return ClosedLoop(reqs, None, follows, think)

@@ -133,7 +133,8 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
         reqs = requests if requests is not None else make_requests(trace, cfg)
         fe = FrontEnd.of(cfg)  # the API server(s): engine arrivals now, client times after the run
         loop = closed_loop(clients, trace, reqs, fe)  # None: open loop
-        ing, inbox = enter(reqs, fe) if fe is not None else (None, reqs)
+        live = loop.live if loop is not None else None  # the API server solved as the run goes
+        ing, inbox = enter(reqs, fe) if fe is not None and live is None else (None, reqs)
         env = simpy.Environment()
         kv, sched = parts.kv, parts.sched
         sink = StepSink(stream_to / "steps.parquet" if stream_to else None, kv.block_size,
@@ -166,7 +167,8 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
     else:
         stats, steps = sink.close(rep.log, kv.paged), StepLog().frame()
         ends = sink.ends()
-    api = leave(reqs, fe, ing, [ends]) if fe is not None and ing is not None else no_frontend(reqs)
+    api = live.columns() if live is not None else leave(reqs, fe, ing, [ends]) if fe is not None and ing is not None \
+        else no_frontend(reqs)
     sim_s = time.perf_counter() - t0
     counters = RunCounters(rep.ff_steps, rep.busy_s, sched.num_preemptions,
                            sched.preemption.fallbacks, kv.evictions, _prefix(sched.stats),
