@@ -70,16 +70,53 @@ def test_the_api_server_delays_every_send_and_shows_in_ttft() -> None:
     assert sent_at.all()  # each at a client finish, or at its own (later) trace time
 
 
-@pytest.mark.parametrize("what, kw, match", [
-    ("servers", {"api_server_count": 2}, "with 2 API servers"),
-    ("sessions", {}, "a session trace behind an API server"),
-])
-def test_what_is_not_modelled_behind_an_api_server_is_refused(what: str, kw: dict, match: str) -> None:
-    tr = session_trace(sessions=3) if what == "sessions" else make_trace([dict(arrival_s=0.0, prompt_tokens=9,
-                                                                                output_tokens=2)])
-    with pytest.raises(ConfigError, match=match):
-        simulate(make_config(cost_model="constant:0.01", **kw), tr,
-                 clients=None if what == "sessions" else ClientSpec(2))
+def test_a_session_turn_goes_its_think_time_after_the_last_chunk_reaches_the_client() -> None:
+    tr = make_trace([dict(arrival_s=0.0, prompt_tokens=10, output_tokens=3, session_id="s", turn=1, think_time_s=0.0),
+                     dict(arrival_s=0.0, prompt_tokens=10, output_tokens=3, session_id="s", turn=2, think_time_s=0.25)])
+    q = simulate(make_config(cost_model="constant:0.01", async_scheduling=False), tr).requests
+    f0 = INGRESS + 0.03 + D + END
+    assert q["finish_s"][0] == pytest.approx(f0, abs=1e-12)
+    assert q["arrival_s"][1] == q["finish_s"][0] + 0.25
+    assert q["engine_arrival_s"][1] == pytest.approx(f0 + 0.25 + INGRESS, abs=1e-12)
+
+
+def test_sessions_client_times_are_the_after_the_run_rule_on_their_own_engine() -> None:
+    """Think times send a later finish's turn before an earlier one's; the ingress FIFO stays in
+    send order. Solving the run's own sends and engine times after the run, as an open loop is
+    (ingress, then egress over the step ends), gives the times the run gave as it went."""
+    from sim.frontend.egress import deliver
+    from sim.frontend.ingress import ingress
+    from sim.run.clients import sessions_of
+
+    tr = session_trace(seed=4, sessions=24)
+    res = simulate(make_config(block_size=16), tr)
+    q, steps = res.requests, res.steps
+    send = q["arrival_s"].to_numpy()
+    prev = sessions_of(tr)[0]
+    later = np.flatnonzero(prev >= 0)
+    by_cause = later[np.argsort(q["finish_s"].to_numpy()[prev[later]], kind="stable")]
+    assert (np.diff(send[by_cause]) < 0).any()  # a later finish's turn sent first
+    ing = ingress(send, P.ingress_s(q["prompt_tokens"].to_numpy(), "chat"), np.arange(len(q)), 1)
+    assert ing.engine_arrival_s == pytest.approx(q["engine_arrival_s"].to_numpy(), abs=1e-12)
+    first = (q["first_token_s"] - q["api_first_egress_s"]).to_numpy()
+    finish = (q["finish_s"] - q["api_egress_s"]).to_numpy()
+    n = q["output_tokens"].to_numpy()
+    ends = (steps["start_s"] + steps["duration_s"]).to_numpy()
+    f, e = deliver(first, finish, n, n, ing.server, ing.busy, np.zeros(len(q), np.int64), [ends],
+                   P.first_token_s("chat"), D, END)
+    assert f == pytest.approx(q["first_token_s"].to_numpy(), abs=1e-9)
+    assert e == pytest.approx(q["finish_s"].to_numpy(), abs=1e-9)
+    assert (q["prefix_hit_tokens"] > 0).any()
+
+
+def test_several_api_servers_and_fleets_are_refused_in_one_line(tmp_path: Path) -> None:
+    tr = make_trace([dict(arrival_s=0.0, prompt_tokens=9, output_tokens=2)])
+    with pytest.raises(ConfigError, match="with 2 API servers"):
+        simulate(make_config(cost_model="constant:0.01", api_server_count=2), tr, clients=ClientSpec(2))
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("defaults: {cost_model: 'constant:0.01'}\ninstances: [{name: a, count: 2}]\n")
+    code, text = kvsim("simulate", "--cluster", str(cluster), "--out", str(tmp_path / "r"), "--max-concurrency", "2")
+    assert code == 2 and len(text.strip().splitlines()) == 1 and "a fleet's API servers" in text, text
 
 
 def test_simulate_takes_max_concurrency_with_its_default_api_server(tmp_path: Path) -> None:

@@ -85,8 +85,9 @@ Burstiness = Annotated[float | None, typer.Option("--burstiness", help="Gamma sh
                                                   "vllm bench serve's (default 1 = Poisson; < 1 burstier, > 1 more regular).")]
 MaxConcurrency = Annotated[int | None, typer.Option("--max-concurrency", help="Closed loop, as `vllm bench serve`'s: "
                                                    "at most N requests in flight from send to last token, in trace order, "
-                                                   "the next sent when one finishes (with --request-rate: at its time and a "
-                                                   "free slot). Needs --api-server-count 0.")]
+                                                   "the next sent when one's last chunk reaches its client (with --request-rate: "
+                                                   "at its time and a free slot). One API server or none; "
+                                                   "the replica steps exactly behind one.")]
 SaveResult = Annotated[Path | None, typer.Option("--save-result", help="Also write a `vllm bench serve`-shaped result "
                                                  "JSON here (mean/median/std/p99 of TTFT, TPOT, ITL, E2EL in ms; "
                                                  "kvsim's provenance under \"kvsim\").")]

@@ -1,33 +1,37 @@
 """The API server in front of one replica, solved as the run goes: closed-loop clients.
 
-A ``--max-concurrency`` client sends its next request when the last token of one before it
-reaches it, so a send waits on the server's egress, and the request sent then runs its ingress
-on that same server. The egress queue (:mod:`sim.frontend.egress`) is causal, and with one
-server every delivery is known at the engine finish that completes it:
+A closed-loop client (``--max-concurrency``, a session's next turn) sends when the last chunk of
+a request before reaches it, so a send waits on the server's egress, and the request sent then
+runs its ingress on that same server. The egress queue (:mod:`sim.frontend.egress`) is causal,
+and with one server every delivery is known at the engine finish that completes it:
 
 - FIFO: a request's last chunk waits only for work that reached the server before it;
-- the ingress the server runs before that delivery belongs to requests already sent: a send
-  happens at a delivery, and deliveries come in the order of the finishes behind them, so a
-  later finish can only send after this delivery (its ingress cannot cut in).
+- the ingress the server runs before that delivery belongs to requests sent before it: a send
+  follows a delivery, and deliveries come in the order of the finishes behind them, so a later
+  finish can only send after this delivery. Every send before it is known by then.
 
 So at each finish the server is solved up to that instant, one chunk of batches (the step ends
 since the last finish, first tokens, last chunks) with the backlog carried
-(:class:`~sim.frontend.egress.Stream`): the client's time of the finished request is known, the
-next request is sent then, its ingress runs at once, and its engine arrival joins the replica's
-inbox. The replica steps exactly, since the egress needs every step's end as it happens.
+(:class:`~sim.frontend.egress.Stream`); a send made before a delivery of the chunk has its
+ingress run first (it has priority) and the chunk is solved again. A send's ingress is fixed in
+send order once the clock reaches it (a later finish may send earlier, after a shorter think
+time), and the request reaches the replica when its ingress ends. The replica steps exactly,
+since the egress needs every step's end as it happens.
 
 Refused (:mod:`sim.run.clients`): several API servers (a finish on one could send to another
-and delay a delivery already given) and session traces (a turn's think time can send a later
-finish's turn first). A rejected request's error reply carries no work; its slot frees when the
-server has done the work queued before it.
+and delay a delivery already given) and fleets. A rejected request's error reply carries no
+work; the client has it when the server has done the work queued before it.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from typing import Any
 
 import numpy as np
+import simpy
 
 from sim.frontend.egress import Capacity, Stream, batches, last_work, middle_counts
 from sim.frontend.stage import FrontEnd, client_times
@@ -51,15 +55,40 @@ class LiveFrontEnd:
         self._stream = Stream()
         self._live: list[Request] = []              # sent, last chunk (or error reply) not delivered
         self._reply: dict[int, float] = {}          # a rejected request's error reply, delivered
+        self._sends: list[tuple[float, int, Request]] = []  # sent, ingress not fixed yet (a heap)
+        self._env: simpy.Environment | None = None
+        self._submit: Any = None
+
+    def attach(self, env: simpy.Environment, submit: Any) -> None:
+        """Hand each request to the replica (``submit``: ``Replica.submit``) when its ingress ends."""
+        self._env, self._submit = env, submit
 
     def send(self, r: Request, t: float) -> None:
-        """``r`` is sent at ``t``: its ingress starts when the server is free of ingress, and its
-        engine arrival (``r.arrival_s``) is when that ends."""
-        start = max(t, self._busy[-1][1]) if self._busy else t
-        end = start + float(self._service[r.uid])
-        self._busy.append((start, end))
-        self.send_s[r.uid], self.engine_s[r.uid], r.arrival_s = t, end, end
+        """``r`` is sent at ``t`` (now or later): it reaches the replica when its ingress ends."""
+        assert self._env is not None  # (attached)
+        self.send_s[r.uid] = t
+        heapq.heappush(self._sends, (t, r.uid, r))
+        self._env.process(self._enter(r, t))
+
+    def _enter(self, r: Request, t: float) -> Generator[simpy.Event, Any, None]:
+        env = self._env
+        assert env is not None
+        yield env.timeout(t - env.now)
+        self._ingress_upto(env.now)  # every send before now is known: its place in the FIFO is fixed
+        yield env.timeout(r.arrival_s - env.now)
         self._live.append(r)
+        self._submit(r)
+
+    def _ingress_upto(self, t: float) -> None:
+        """Fix the ingress of every send at or before ``t``, in send order: each starts when the
+        server is free of ingress, and the engine sees it (``arrival_s``) when that ends."""
+        sends, busy = self._sends, self._busy
+        while sends and sends[0][0] <= t:
+            s, uid, r = heapq.heappop(sends)
+            start = max(s, busy[-1][1]) if busy else s
+            end = start + float(self._service[uid])
+            busy.append((start, end))
+            self.engine_s[uid] = r.arrival_s = end
 
     def step_end(self, t: float) -> None:
         """A step of the replica ended at ``t`` (``Replica.on_step``, or a finish's own step)."""
@@ -93,10 +122,7 @@ class LiveFrontEnd:
         u, work = batches([f[new_f], e[new_e], ends[k0:k1][mids > 0], t_rej],
                           [np.full(int(new_f.sum()), self._w1), last_work(out[new_e], self._token, self._end),
                            self._token * mids[mids > 0], np.zeros(len(rejected))])
-        while self._b0 < len(self._busy) and self._busy[self._b0][1] <= t0:
-            self._b0 += 1
-        busy = np.array(self._busy[self._b0:], np.float64).reshape(-1, 2)
-        d = self._stream.solve(Capacity.of(busy[:, 0], busy[:, 1]), u, work)
+        d = self._solved(u, work)
         uid = np.array([r.uid for r in live], np.int64)
         self.first[uid[new_f]] = d[np.searchsorted(u, f[new_f])]
         self.finish[uid[new_e]] = d[np.searchsorted(u, e[new_e])]
@@ -104,6 +130,21 @@ class LiveFrontEnd:
         gone = {r.uid for r in rejected} | set(uid[done].tolist())
         self._live = [r for r in live if r.uid not in gone]
         self._t, self._k = upto, k1
+
+    def _solved(self, times: np.ndarray, work: np.ndarray) -> np.ndarray:
+        """The chunk's deliveries; solved again while a send not fixed yet comes before one (its
+        ingress goes first)."""
+        st, t0, b0 = self._stream, self._stream.t, self._stream.backlog
+        while True:
+            while self._b0 < len(self._busy) and self._busy[self._b0][1] <= t0:
+                self._b0 += 1
+            busy = np.array(self._busy[self._b0:], np.float64).reshape(-1, 2)
+            d = st.solve(Capacity.of(busy[:, 0], busy[:, 1]), times, work)
+            last = float(d.max()) if len(d) else -math.inf
+            if not self._sends or self._sends[0][0] > last:
+                return d
+            st.t, st.backlog = t0, b0
+            self._ingress_upto(last)
 
     def columns(self) -> dict[str, np.ndarray]:
         """After the run: every request's client times set and the front end's columns (as

@@ -24,10 +24,11 @@ the hook is every instance's, and a send goes to the router at its time
 
 Behind one replica's API server (the default ``--api-server-count 1``), ``--max-concurrency``
 frees a slot when the last chunk reaches the client: the server is solved as the run goes
-(:mod:`sim.frontend.live`) and the replica steps exactly. Not modelled yet (refused): both kinds
+(:mod:`sim.frontend.live`) and the replica steps exactly; a session's next turn likewise goes
+its think time after the last chunk reaches the client. Not modelled yet (refused): both kinds
 at once (a slot would go to a turn not yet ready, so the choice needs times not known at the
-finish); fanned-out samples (``n > 1``); and, behind an API server, sessions, several servers
-and fleets (:func:`refuse` says why).
+finish); fanned-out samples (``n > 1``); and, behind an API server, several servers and fleets
+(:func:`refuse` says why).
 """
 
 from __future__ import annotations
@@ -71,28 +72,28 @@ class ClosedLoop:
         self.live = live  # the API server, solved as the run goes (sim/frontend/live.py)
 
     def first(self) -> list[Request]:
-        """The requests sent at their own times (arrival order; behind an API server, each
-        ``arrival_s`` is then its engine arrival)."""
+        """The requests sent at their own times (arrival order)."""
         if self.slots is not None:
             self.sent = min(self.slots, len(self.reqs))
-            out = list(self.reqs[:self.sent])
-        else:
-            later = set(self.after.values())
-            out = [r for r in self.reqs if r.uid not in later]
-        if self.live is not None:
-            for r in out:
-                self.live.send(r, r.arrival_s)
-        return out
+            return list(self.reqs[:self.sent])
+        later = set(self.after.values())
+        return [r for r in self.reqs if r.uid not in later]
 
     def feed(self, rep: Replica) -> None:
-        """Submit the first requests to ``rep`` and hook its finishes (and, behind an API server,
-        its step ends: the replica then steps exactly)."""
-        rep.submit_all(self.first())
-        self.hook([rep], rep.submit_sent)
-        if self.live is not None:
-            rep.exact_steps = True
-            step_end, own = self.live.step_end, rep.on_step
-            rep.on_step = (lambda x: (own(x), step_end(x.env.now))[1]) if own else (lambda x: step_end(x.env.now))
+        """Submit the first requests to ``rep`` and hook its finishes. Behind an API server each
+        request goes through it (:mod:`sim.frontend.live`) and the replica steps exactly."""
+        live = self.live
+        if live is None:
+            rep.submit_all(self.first())
+            self.hook([rep], rep.submit_sent)
+            return
+        live.attach(rep.env, rep.submit)
+        self.hook([rep], lambda r: live.send(r, r.arrival_s))
+        for r in self.first():
+            live.send(r, r.arrival_s)
+        rep.exact_steps = True
+        step_end, own = live.step_end, rep.on_step
+        rep.on_step = (lambda x: (own(x), step_end(x.env.now))[1]) if own else (lambda x: step_end(x.env.now))
 
     def hook(self, reps: Iterable[Replica], send: Callable[[Request], None]) -> None:
         """Hook every replica's finishes; a request is then sent with ``send`` (its time set)."""
@@ -104,21 +105,19 @@ class ClosedLoop:
         """``gone`` left the engine at ``t``: send what that frees (a slot, a session's next turn)."""
         send, live = self.send, self.live
         assert send is not None  # (hooked)
-        free = live.released(gone, t) if live is not None else [t] * len(gone)  # the clients have them
+        free = live.released(gone, t) if live is not None else [t] * len(gone)  # when the clients have them
         for r, at in zip(gone, free, strict=True):
             if self.slots is not None:
                 if self.sent < len(self.reqs):
                     nxt = self.reqs[self.sent]
                     self.sent += 1
                     nxt.arrival_s = max(nxt.arrival_s, at)
-                    if live is not None:
-                        live.send(nxt, nxt.arrival_s)
                     send(nxt)
                 continue
             i = self.after.get(r.uid)
             if i is not None:
                 nxt = self.reqs[i]
-                nxt.arrival_s = t + float(self.think[i])
+                nxt.arrival_s = at + float(self.think[i])
                 send(nxt)
 
 
@@ -167,13 +166,12 @@ def refuse(slots: int | None, sessions: bool, fe: FrontEnd | None, fleet: bool =
         raise ConfigError("not modelled yet: --max-concurrency with a session trace (give one)")
     if fe is None or (slots is None and not sessions):
         return what
-    why = ("a turn's think time can send a later finish's turn first" if sessions else
-           "a fleet's API servers are solved after the run" if fleet else
+    why = ("a fleet's API servers are solved after the run" if fleet else
            f"with {fe.servers} API servers a send on one can delay a reply already given on another"
            if fe.servers > 1 else "")
     if why:
         raise ConfigError(f"not modelled yet: {what} behind an API server here ({why}); "
-                          f"pass --api-server-count {'0' if sessions or fleet else '1 or 0'}")
+                          f"pass --api-server-count {'0' if fleet else '1 or 0'}")
     return what
 
 
@@ -188,9 +186,9 @@ def closed_loop(spec: ClientSpec | None, trace: Trace, reqs: Sequence[Request],
     what = refuse(slots, sess is not None, fe, fleet)
     if len(reqs) != trace.num_requests or any(r.parent >= 0 for r in reqs):
         raise ConfigError(f"not modelled yet: {what} with fanned-out samples (n > 1 or beam search)")
+    live = LiveFrontEnd(fe, reqs) if fe is not None else None
     if sess is None:
-        live = LiveFrontEnd(fe, reqs) if fe is not None else None
         return ClosedLoop(reqs, slots, np.full(len(reqs), -1, np.int64), np.zeros(len(reqs)), live)
     follows, think = sess
     chain_content(reqs, follows)
-    return ClosedLoop(reqs, None, follows, think)
+    return ClosedLoop(reqs, None, follows, think, live)
