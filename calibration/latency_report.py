@@ -199,8 +199,10 @@ def write_report(out: Path, root: Path = PROFILES) -> list[Path]:
         "fit`). Data: measurements published by others, shipped in `calibration/data/public/` with their "
         "licences (see its README); nothing here was measured by us.",
         "",
-        "**Model.** GPU kernels from Vidur's operator fits (attention, the dense GEMMs, elementwise, NCCL "
-        "all-reduce per call by TP; MoE layers through the experts the batch touches), plus a serving-stack "
+        "**Model.** GPU kernels from NVIDIA's vLLM operator tables (aiconfigurator-core; `vllm-v1`, which was "
+        "fitted over them: `kernels: tables` in stacks.yaml) or Vidur's operator fits (the older stacks, and GPUs "
+        "the tables lack): attention, the dense GEMMs, the TP all-reduce, MoE layers through the experts the "
+        "batch touches; elementwise ops from Vidur's profiles under both. On top, a serving-stack "
         "profile per engine era: `t = eta t_fixed + eta_tok t_dense + eta_attn t_attn (>= roofline; a launch "
         "floor only for eager stacks or --enforce-eager) + cpu[tp] + per_seq B + [prefill] (prefill + prefill_n2 "
         "sum_i chunk_i^2)`, plus the scheduler's CPU when async scheduling is off. The presets pick the era: "
