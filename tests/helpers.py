@@ -439,3 +439,46 @@ def vllm_bench_closed_loop(stack: Path, n: int, concurrency: int, seed: int, *,
     for name, x in (("ttft", ttft), ("tpot", tpot), ("e2el", e2e)):
         d.update({f"mean_{name}_ms": float(x.mean()) * 1e3, f"median_{name}_ms": float(np.median(x)) * 1e3})
     return d
+
+
+# ---- closed-loop clients (tests/test_closed_loop*.py, test_cluster_clients.py) -----------------
+def in_flight(req: pd.DataFrame) -> Any:
+    """Requests in flight after each send or finish ([send, finish): a finish at t frees first)."""
+    import numpy as np
+
+    t = np.concatenate((req["arrival_s"], req["finish_s"]))
+    d = np.concatenate((np.ones(len(req)), -np.ones(len(req))))
+    order = np.lexsort((d, t))
+    return np.cumsum(d[order])
+
+
+def session_trace(seed: int = 3, sessions: int = 14) -> Any:
+    """A generated multi-turn trace (think times: a closed loop; turns share their prefixes)."""
+    import numpy as np
+
+    from tests.conftest import make_trace
+    from workloads.sessions import generate_sessions, parse_sessions
+
+    sp = parse_sessions({"sessions": sessions, "start_rate": 4.0, "turns": {"kind": "uniform", "low": 2, "high": 4},
+                         "new_tokens": {"kind": "uniform", "low": 20, "high": 300},
+                         "output": {"kind": "uniform", "low": 10, "high": 120},
+                         "think_time_s": {"mean": 0.3, "cv": 1.0}, "max_model_len": 4096})
+    return make_trace(generate_sessions(sp, np.random.default_rng(seed)).to_dict("records"))
+
+
+def kvsim(*args: str) -> tuple[int, str]:
+    """(exit code, output) of ``kvsim ARGS`` in process; a traceback fails the test."""
+    from typer.testing import CliRunner
+
+    from sim.cli.main import _load, app
+
+    _load()
+    res = CliRunner().invoke(app, list(args))
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception  # no traceback
+    return res.exit_code, res.output
+
+
+def write_sessions(path: Path) -> None:
+    from workloads.writer import write_trace
+
+    write_trace(session_trace(sessions=3).df, path)

@@ -22,8 +22,15 @@ from sim.errors import ConfigError, TraceError
 from sim.run.clients import ClientSpec
 from sim.run.simulate import simulate
 from tests.conftest import make_trace
-from tests.helpers import BUNDLED, assert_ff_identical_closed_loop, conv_slice
-from workloads.sessions import generate_sessions, parse_sessions
+from tests.helpers import (
+    BUNDLED,
+    assert_ff_identical_closed_loop,
+    conv_slice,
+    in_flight,
+    kvsim,
+    session_trace,
+    write_sessions,
+)
 
 _load()
 CONST = {"cost_model": "constant:0.01", "api_server_count": 0, "async_scheduling": False}
@@ -31,14 +38,6 @@ CONST = {"cost_model": "constant:0.01", "api_server_count": 0, "async_scheduling
 
 def run(trace: Any, n: int | None, exact: bool = False, **kw: Any) -> pd.DataFrame:
     return simulate(make_config(**{**CONST, **kw, "exact_steps": exact}), trace, clients=ClientSpec(n)).requests
-
-
-def in_flight(req: pd.DataFrame) -> np.ndarray:
-    """Requests in flight after each send or finish ([send, finish): a finish at t frees first)."""
-    t = np.concatenate((req["arrival_s"], req["finish_s"]))
-    d = np.concatenate((np.ones(len(req)), -np.ones(len(req))))
-    order = np.lexsort((d, t))
-    return np.cumsum(d[order])
 
 
 # ---- --max-concurrency: hand-computed ----------------------------------------------------------
@@ -128,14 +127,6 @@ def test_a_turn_that_does_not_repeat_the_prompt_hits_nothing() -> None:
     assert req["arrival_s"].iloc[1] == req["finish_s"].iloc[0] + 0.1  # still sent after the first turn
 
 
-def session_trace(seed: int = 3, sessions: int = 14) -> Any:
-    sp = parse_sessions({"sessions": sessions, "start_rate": 4.0, "turns": {"kind": "uniform", "low": 2, "high": 4},
-                         "new_tokens": {"kind": "uniform", "low": 20, "high": 300},
-                         "output": {"kind": "uniform", "low": 10, "high": 120},
-                         "think_time_s": {"mean": 0.3, "cv": 1.0}, "max_model_len": 4096})
-    return make_trace(generate_sessions(sp, np.random.default_rng(seed)).to_dict("records"))
-
-
 def test_generated_sessions_chain_their_turns() -> None:
     tr = session_trace()
     req = run(tr, None)
@@ -173,12 +164,6 @@ def test_fast_forward_equals_exact_steps_sessions(kw: dict[str, Any]) -> None:
 
 
 # ---- refusals, one line -------------------------------------------------------------------------
-def kvsim(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(app, list(args))
-    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception  # no traceback
-    return res.exit_code, res.output
-
-
 @pytest.mark.parametrize("n", [0, -3])
 def test_n_below_one_is_refused_in_one_line(n: int, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--max-concurrency"):
@@ -256,12 +241,6 @@ def test_open_loop_tools_refuse_a_session_trace(tmp_path: Path) -> None:
         replay_fleet([make_config(cost_model="constant:0.01", api_server_count=0)] * 2, tr)
     labels = type(tr)(df=tr.df.drop(columns=["think_time_s"]), path=tr.path, format=tr.format)
     assert fleet_prefix_bounds(labels, 2, 4096).unbounded.prompt_tokens > 0  # session ids alone: labels
-
-
-def write_sessions(path: Path) -> None:
-    from workloads.writer import write_trace
-
-    write_trace(session_trace(sessions=3).df, path)
 
 
 def test_trace_gen_writes_a_session_trace_from_a_session_spec(tmp_path: Path) -> None:

@@ -19,8 +19,7 @@ from sim.frontend.profile import VLLM_API_SERVER as P
 from sim.run.clients import ClientSpec
 from sim.run.simulate import simulate
 from tests.conftest import make_trace
-from tests.helpers import conv_slice
-from tests.test_closed_loop import in_flight, kvsim, session_trace
+from tests.helpers import conv_slice, in_flight, kvsim, session_trace
 
 D, END = P.output_token_s, P.end_s
 INGRESS = P.chat_base_s + 10 * P.prompt_token_s

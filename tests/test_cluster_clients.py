@@ -21,8 +21,7 @@ from sim.config import make_config
 from sim.run.clients import ClientSpec
 from sim.run.simulate import simulate
 from tests.conftest import make_trace
-from tests.helpers import conv_slice
-from tests.test_closed_loop import in_flight, kvsim, session_trace
+from tests.helpers import conv_slice, in_flight, kvsim, session_trace
 from tests.test_disagg import cluster as pd_cluster
 
 CONST = {"model": "llama-3.1-8b", "cost_model": "constant:0.01", "api_server_count": 0, "async_scheduling": False}
@@ -118,7 +117,7 @@ def test_simulate_cluster_with_max_concurrency_records_its_clients(tmp_path: Pat
 def test_simulate_cluster_with_sessions_gives_no_open_loop_prefix_bounds(tmp_path: Path) -> None:
     """The fleet's prefix bounds read prompts in row order, which a session trace does not send in:
     the summary leaves them out rather than print bounds of another workload."""
-    from tests.test_closed_loop import write_sessions
+    from tests.helpers import write_sessions
 
     cluster, trace = tmp_path / "c.yaml", tmp_path / "s.jsonl"
     cluster.write_text(yaml.safe_dump({"defaults": {**CONST, "block_size": 16}, "instances": [{"name": "a", "count": 2}]}))
