@@ -83,7 +83,7 @@ class Stream:
             return np.zeros(0)
         carried = self.t > -math.inf
         if carried:
-            times, work = np.r_[self.t, times], np.r_[self.backlog, work]
+            times, work = np.concatenate(([self.t], times)), np.concatenate(([self.backlog], work))
         c = cap.at(times)
         z = np.cumsum(work - np.diff(c, prepend=c[0]))
         backlog = z - np.minimum(0.0, np.minimum.accumulate(z - work))
@@ -100,10 +100,8 @@ def middle_counts(ends: np.ndarray, k0: int, k1: int, first: np.ndarray, finish:
     lo = np.searchsorted(ends, first, "right")
     hi = np.minimum(lo + np.maximum(n - 2, 0), np.searchsorted(ends, finish, "left"))
     a, b = np.clip(lo, k0, k1) - k0, np.clip(np.maximum(hi, lo), k0, k1) - k0
-    d = np.zeros(k1 - k0 + 1)
-    np.add.at(d, a, 1.0)
-    np.add.at(d, b, -1.0)
-    return np.cumsum(d)[:-1]
+    d = np.bincount(a, minlength=k1 - k0 + 1) - np.bincount(b, minlength=k1 - k0 + 1)
+    return np.cumsum(d)[:-1].astype(np.float64)
 
 
 def batches(times: list[np.ndarray], work: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -109,11 +109,11 @@ class LiveFrontEnd:
 
     def _solve(self, upto: float, rejected: list[Request]) -> None:
         live, t0, k0, k1 = self._live, self._t, self._k, self._n
-        f = np.array([r.first_token_s for r in live], np.float64)
-        done = np.array([r.status is Status.FINISHED for r in live], bool)
-        e = np.where(done, np.array([r.finish_s for r in live], np.float64), math.inf)
-        n = np.array([r.output_tokens for r in live], np.int64)
-        out = np.array([r.num_output for r in live], np.int64)
+        rows = np.array([(r.first_token_s, r.finish_s if r.status is Status.FINISHED else math.inf, r.output_tokens,
+                          r.num_output, r.uid) for r in live], np.float64).reshape(-1, 5)
+        f, e = rows[:, 0], rows[:, 1]
+        n, out, uid = rows[:, 2].astype(np.int64), rows[:, 3].astype(np.int64), rows[:, 4].astype(np.int64)
+        done = e < math.inf
         new_f, new_e = (f > t0) & (f <= upto), done & (e > t0) & (e <= upto)
         ends = self._ends[:self._n]
         has = f >= 0
@@ -123,7 +123,6 @@ class LiveFrontEnd:
                           [np.full(int(new_f.sum()), self._w1), last_work(out[new_e], self._token, self._end),
                            self._token * mids[mids > 0], np.zeros(len(rejected))])
         d = self._solved(u, work)
-        uid = np.array([r.uid for r in live], np.int64)
         self.first[uid[new_f]] = d[np.searchsorted(u, f[new_f])]
         self.finish[uid[new_e]] = d[np.searchsorted(u, e[new_e])]
         self._reply = {r.uid: float(d[np.searchsorted(u, upto)]) for r in rejected}
