@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,9 +57,9 @@ class LiveFrontEnd:
         self._reply: dict[int, float] = {}          # a rejected request's error reply, delivered
         self._sends: list[tuple[float, int, Request]] = []  # sent, ingress not fixed yet (a heap)
         self._env: simpy.Environment | None = None
-        self._submit: Any = None
+        self._submit: Callable[[Request], None] | None = None
 
-    def attach(self, env: simpy.Environment, submit: Any) -> None:
+    def attach(self, env: simpy.Environment, submit: Callable[[Request], None]) -> None:
         """Hand each request to the replica (``submit``: ``Replica.submit``) when its ingress ends."""
         self._env, self._submit = env, submit
 
@@ -77,6 +77,7 @@ class LiveFrontEnd:
         self._ingress_upto(env.now)  # every send before now is known: its place in the FIFO is fixed
         yield env.timeout(r.arrival_s - env.now)
         self._live.append(r)
+        assert self._submit is not None
         self._submit(r)
 
     def _ingress_upto(self, t: float) -> None:

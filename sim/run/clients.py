@@ -92,8 +92,14 @@ class ClosedLoop:
         for r in self.first():
             live.send(r, r.arrival_s)
         rep.exact_steps = True
-        step_end, own = live.step_end, rep.on_step
-        rep.on_step = (lambda x: (own(x), step_end(x.env.now))[1]) if own else (lambda x: step_end(x.env.now))
+        own = rep.on_step
+
+        def stepped(x: Replica) -> None:  # the caller's hook too, if it gave one
+            if own is not None:
+                own(x)
+            live.step_end(x.env.now)
+
+        rep.on_step = stepped
 
     def hook(self, reps: Iterable[Replica], send: Callable[[Request], None]) -> None:
         """Hook every replica's finishes; a request is then sent with ``send`` (its time set)."""
