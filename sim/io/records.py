@@ -73,10 +73,15 @@ def concat_steps(parts: list[np.ndarray]) -> np.ndarray:
 
 Fold = Callable[[Any, Any], None]
 Deferred = tuple[Callable[[list[Any]], np.ndarray], Any, int, Fold | None, Callable[[Any], np.ndarray] | None]
-"""A part held unconverted: ``(make, item, n, fold)``; ``make(items)`` lays out the ``n``
-records of each item, in order, as one STEP_DTYPE array; ``fold(item, sums)``, where given,
-adds them to a :class:`~sim.io.step_fold.StepSums` without laying them out (see
-:meth:`StepLog.defer` and :meth:`StepLog.fold_into`)."""
+"""A part held unconverted: ``(make, item, n, fold, ends_of)``; ``make(items)`` lays out the
+``n`` records of each item, in order, as one STEP_DTYPE array; ``fold(item, sums)``, where given,
+adds them to a :class:`~sim.io.step_fold.StepSums` without laying them out, and ``ends_of(item)``
+gives their step ends likewise (see :meth:`StepLog.defer` and :meth:`StepLog.fold_into`)."""
+
+
+def record_ends(a: np.ndarray) -> np.ndarray:
+    """The step ends (start + duration) of STEP_DTYPE records."""
+    return a["start_s"] + a["duration_s"]
 
 
 class StepLog:
@@ -172,7 +177,7 @@ class StepLog:
             if a is not None:
                 sums.add_records(a)
                 if ends is not None:
-                    ends.append(a["start_s"] + a["duration_s"])
+                    ends.append(record_ends(a))
             return
         rows, prev = self.rows, 0
         for cut, part in zip(self.cuts, self.parts, strict=True):
@@ -182,16 +187,16 @@ class StepLog:
             if not isinstance(part, tuple):
                 sums.add_records(part)
                 if ends is not None:
-                    ends.append(part["start_s"] + part["duration_s"])
+                    ends.append(record_ends(part))
             elif part[3] is not None and (ends is None or part[4] is not None):
                 part[3](part[1], sums)
-                if ends is not None and part[4] is not None:
+                if ends is not None and part[4] is not None:  # (as the condition above: for mypy)
                     ends.append(part[4](part[1]))
-            else:
+            else:  # laid out: no fold, or its ends cannot be had without the records
                 a = part[0]([part[1]])
                 sums.add_records(a)
                 if ends is not None:
-                    ends.append(a["start_s"] + a["duration_s"])
+                    ends.append(record_ends(a))
         if prev < len(rows):
             self._fold_tuples(sums, prev, len(rows), ends)
         rows.clear()  # in place: the engine keeps its bound append

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.io.records import STEP_COLUMNS, StepLog, concat_steps
+from sim.io.records import STEP_COLUMNS, StepLog, concat_steps, record_ends
 from sim.io.results import MEM_CATS, request_frame
 from sim.io.step_fold import StepSums
 from sim.request import Request
@@ -89,7 +89,7 @@ class StepSink:
         if a is not None:
             self._sums.add_records(a)  # (sequential sums: the chunks below need not be folded apart)
             if self._ends is not None:
-                self._ends.append(a["start_s"] + a["duration_s"])
+                self._ends.append(record_ends(a))
             self._pending = a if self._pending is None else concat_steps([self._pending, a])
         p = self._pending
         if p is None:

@@ -138,7 +138,7 @@ def simulate(cfg: SimConfig, trace: Trace, *, check: bool = False, progress: Any
         env = simpy.Environment()
         kv, sched = parts.kv, parts.sched
         sink = StepSink(stream_to / "steps.parquet" if stream_to else None, kv.block_size,
-                        keep_ends=fe is not None) if summary_only or stream_to else None
+                        keep_ends=ing is not None) if summary_only or stream_to else None
         on_progress = None
         if progress is not None or sink is not None:
             total = len(reqs)
