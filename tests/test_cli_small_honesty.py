@@ -102,7 +102,7 @@ def test_negative_headroom_is_explained_and_the_console_table_has_knobs() -> Non
            "qps_ci_low": 2.5, "qps_ci_high": 3.5, "headroom_pct": -12.0, "cost_per_hour": 5.9,
            "price_unverified": False, "cost_per_1m_out_tokens": 0.2, "cost_per_day": 141.6, "kv_util": 0.4,
            "preempt_per_1k": 0.0, "binding_constraint": "decode-compute"}
-    plan = SimpleNamespace(demand=SimpleNamespace(peak_qps=6.7, mean_qps=5.0),
+    plan = SimpleNamespace(demand=SimpleNamespace(peak_qps=6.7, mean_qps=5.0, clients=0),
                            spec=SimpleNamespace(slo=Slo((SloTarget("ttft", 0.99, 1.0),))), table=pd.DataFrame([row]))
     console = Console(width=250, record=True)
     console.print(rich_table(plan))  # type: ignore[arg-type]

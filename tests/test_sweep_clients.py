@@ -180,15 +180,6 @@ def test_a_swept_session_trace_with_clients_is_refused_up_front(tmp_path: Path) 
         expand({"max_concurrency": [2]}, BASE, tmp_path / "s.jsonl")
 
 
-@pytest.mark.parametrize("extra", [["--max-concurrency", "4"],
-                                   ["--", "vllm", "bench", "serve", "--max-concurrency", "4"]])
-def test_plan_refuses_max_concurrency(burst: Path, tmp_path: Path, extra: list[str]) -> None:
-    code, text = kvsim("plan", str(burst), "--slo-ttft-p99", "1", "--cost-model", "constant:0.01",
-                       "--out", str(tmp_path / "p"), *extra)
-    assert code == 2 and len(text.strip().splitlines()) == 1 and "not modelled yet: plan --max-concurrency" in text, text
-    assert not (tmp_path / "p").exists()
-
-
 def test_run_point_is_closed_loop_too(burst: Path) -> None:
     """The single-point path (``run_point``) sends as its point says, as ``run_points`` does."""
     one, four = (run_point(p) for p in expand({"max_concurrency": [1, 4]}, BASE, burst))

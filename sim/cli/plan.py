@@ -13,16 +13,16 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from sim.cli import options as o
+from sim.cli.plan_table import closed_clients, rich_table
 from sim.cli.progress import progress
 from sim.cluster.router import POLICIES
 from sim.cluster.slo import QUANTILES, Slo, SloTarget
 from sim.errors import ConfigError
 from sim.fleet.candidate import KNOBS, grid
 from sim.fleet.explain import INFEASIBLE, tp_refusal
-from sim.fleet.planner import Plan, PlanSpec, run_plan
+from sim.fleet.planner import PlanSpec, run_plan
 from sim.fleet.prices import load_prices
 from sim.fleet.tuning import tuned_knobs, with_base_knobs
 from sim.fleet.xpyd_plan import parse_splits, split_routers
@@ -70,39 +70,6 @@ def build_slo(values: dict[str, float | None], attainment: float | None) -> Slo:
     return Slo(tuple(targets), attainment)
 
 
-def rich_table(plan: Plan) -> Table:
-    d = plan.demand
-    t = Table(title=f"kvsim plan | peak {d.peak_qps:.1f} QPS (mean {d.mean_qps:.1f}) | {plan.spec.slo.describe()}")
-    widest = max((len(k) for v in plan.table.get("knobs", ()) for k in str(v).split()), default=8)
-    unit = "unit" if "shape" in plan.table and (plan.table["shape"] != "unified").any() else "replica"  # xPyD: groups
-    for c, j in (("#", "right"), ("GPU", "left"), ("TP", "right"), ("unit", "left"), ("knobs", "left"),
-                 (f"{unit}s (GPUs) [band edge]", "right"), ("SLO", "center"),
-                 ("attain LCB", "right"), (f"QPS/{unit} (95% CI)", "right"), ("headroom", "right"),
-                 ("$/h", "right"), ("$/1M out", "right"), ("$/day", "right"), ("KV util", "right"),
-                 ("preempt/1k", "right"), ("binding", "left")):
-        # knobs: one per line, each whole (a cut "max_num_batched_tokens=2…" hid the value)
-        t.add_column(c, justify=j, min_width=widest if c == "knobs" else None)  # type: ignore[arg-type]
-    for i, r in plan.table.iterrows():
-        ok = bool(r["slo_pass"])
-        price_flag = "*" if r["price_unverified"] else ""
-        t.add_row(
-            str(int(i) + 1), str(r["gpu"]), str(r["tp"]), "unified" if r.get("shape", "unified") == "unified" else f"{r['shape']} {r['router']}",
-            str(r["knobs"]).replace(" ", "\n"),
-            "infeasible" if INFEASIBLE in str(r["note"]) else f"{r['replicas']} ({r['gpus']})"
-            + (f" [{r['replicas_pessimistic']}]" if r.get("replicas_pessimistic", pd.NA) is not pd.NA else ""),
-            ("yes" if r["validated"] else "yes (math)") if ok else "no",
-            f"{100 * r['attainment_lower']:.2f}%" if r["attainment_lower"] == r["attainment_lower"] else "-",
-            f"{r['max_qps_per_replica']:.1f} ({r['qps_ci_low']:.1f}–{r['qps_ci_high']:.1f})",
-            (f"{r['headroom_pct']:.0f}%" + ("*" if r["headroom_pct"] < 0 else "")) if r["headroom_pct"] == r["headroom_pct"] else "-",
-            f"{r['cost_per_hour']:,.2f}{price_flag}" if r["cost_per_hour"] == r["cost_per_hour"] else "-",
-            f"{r['cost_per_1m_out_tokens']:.3f}" if r["cost_per_1m_out_tokens"] == r["cost_per_1m_out_tokens"] else "-",
-            f"{r['cost_per_day']:,.0f}" if r["cost_per_day"] == r["cost_per_day"] else "-",
-            f"{100 * r['kv_util']:.0f}%" if r["kv_util"] == r["kv_util"] else "-",
-            f"{r['preempt_per_1k']:.1f}" if r["preempt_per_1k"] == r["preempt_per_1k"] else "-",
-            r["binding_constraint"], style=None if ok else "dim")
-    return t
-
-
 def _check(args: dict[str, Any]) -> None:
     if args["rate_scale"] is not None and args["target_qps"] is not None:
         raise ConfigError("--rate-scale and --target-qps are exclusive: give one")
@@ -127,8 +94,6 @@ def _check(args: dict[str, Any]) -> None:
             raise ConfigError(f"--{flag.replace('_', '-')} {args[flag]}: must be >= 0")
     if args["price_point"] not in ("low", "typical", "high"):
         raise ConfigError(f"--price-point {args['price_point']!r}: expected low, typical or high")
-    if args["max_concurrency"] is not None or getattr(args["bench"], "max_concurrency", None) is not None:
-        raise ConfigError("not modelled yet: plan --max-concurrency (a plan sizes the fleet from the trace's arrival rate; N clients send as fast as the fleet serves them, a rate no capacity search can take)")
 
 
 def register(app: typer.Typer) -> None:
@@ -202,6 +167,7 @@ def register(app: typer.Typer) -> None:
         args = dict(locals())
         _check(args)
         load = o.load_of(request_rate, burstiness, bench, rate_scale is not None or target_qps is not None)
+        clients = closed_clients(max_concurrency, bench, load)
         slo = build_slo({k.removeprefix("slo_"): v for k, v in args.items() if k.startswith("slo_")}, attainment)
         gpus = _list(gpu, str, "--gpu")
         for g in gpus:
@@ -236,7 +202,8 @@ def register(app: typer.Typer) -> None:
             headroom=headroom, replications=seeds, seed=seed, window=window, iters=search_iters,
             peak_window_s=peak_window, bucket_s=bucket, cold_start_s=cold_start,
             price_point=price_point,  # type: ignore[arg-type]
-            validate=validate, backend=backend, workers=workers, address=address, splits=splits, raise_seqs=raise_seqs)
+            validate=validate, backend=backend, workers=workers, address=address, splits=splits, raise_seqs=raise_seqs,
+            max_concurrency=clients)
         from sim.fleet.provenance import sha256, versions
         from sim.fleet.report import write_bundle
         from workloads.load import workload_of
@@ -252,7 +219,8 @@ def register(app: typer.Typer) -> None:
         with progress(console) as prog:
             result = run_plan(tr.df, spec, prog.update, band=band)
         wall = time.perf_counter() - t0
-        inputs["demand"] = {k: round(float(getattr(result.demand, k)), 4) for k in result.demand.__slots__}
+        inputs["demand"] = {k: round(v, 4) if (v := float(getattr(result.demand, k))) == v else None
+                            for k in result.demand.__slots__}
         inputs["wall_s"] = round(wall, 1)
         command = ["kvsim", "plan", *sys.argv[sys.argv.index("plan") + 1:]] if "plan" in sys.argv else ["kvsim", "plan", str(trace)]
         if out is None:
@@ -282,7 +250,8 @@ def _inputs(args: dict[str, Any], spec: PlanSpec, tr: Any, file_hash: str, vers:
                                       "sha256": file_hash, "content_hash": tr.content_hash},
         "gpus": spec.gpus, "tp": spec.tps, "knobs": spec.knobs, "candidates": n_cands, "base_config": spec.base,
         "cost_model": cost_model_names(spec.base, spec.gpus, spec.tps), "slo": spec.slo.describe(), "attainment": spec.slo.attainment,
-        "load": {"rate_scale": args["rate_scale"], "target_qps": args["target_qps"]},
+        "load": {"rate_scale": args["rate_scale"], "target_qps": args["target_qps"],
+                 **({"max_concurrency": spec.max_concurrency} if spec.max_concurrency else {})},
         "seeds": {"seed": spec.seed, "replications": spec.replications, "window": spec.window,
                   "keep": 0.9, "warmup": 0.1, "search_iters": spec.iters},
         "router": args["router"], "n_plus_k": spec.n_plus_k,

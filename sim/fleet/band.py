@@ -26,6 +26,7 @@ from sim.cost.batch import CostBasis
 from sim.cost.for_config import cost_basis_for
 from sim.fleet.candidate import Candidate
 from sim.fleet.capacity import CapacityEstimate
+from sim.fleet.clients_plan import load_text
 from sim.fleet.sizing import size
 from sim.fleet.spec import Demand, PlanSpec
 
@@ -70,7 +71,7 @@ def band_edges(spec: PlanSpec, best: list[CapacityEstimate], demand: Demand,
 
 
 def _replicas(demand: Demand, qps: float, spec: PlanSpec) -> int:
-    n = size(demand.peak_qps, qps, spec.headroom)
+    n = size(demand.load, qps, spec.headroom)
     return n + spec.n_plus_k if n else 0
 
 
@@ -117,6 +118,6 @@ def band_sentence(row: pd.Series) -> str:
         return head + f" At that edge the fleet size holds: **{n} {unit}{'' if n == 1 else 's'} either way**."
     if n_p == 0:
         return head + " At that edge no load meets the SLO: treat this row as unproven."
-    return (head + f" At that edge one {unit} sustains {row['qps_pessimistic']:.1f} QPS, so **{int(n_p)} {unit}s "
+    return (head + f" At that edge one {unit} sustains {load_text(row, row['qps_pessimistic'])}, so **{int(n_p)} {unit}s "
             f"({int(n_p) * per_unit} GPUs, ${row['cost_per_hour_pessimistic']:,.2f}/h) are recommended**; the central "
             f"estimate above ({n}) holds only if steps are as fast as predicted.")

@@ -54,6 +54,7 @@ class SearchSpec:
     keep: float = KEEP
     warmup: float = WARMUP
     seed: int = 0
+    clients: bool = False   # search whole numbers of clients, not rates (sim/fleet/clients_plan.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +172,7 @@ def search_seed(cand: Candidate, spec: SearchSpec, rep: int, trace_df: pd.DataFr
             hi, out.above = q, d
         return p.passed
 
+    whole = math.floor if spec.clients else float  # clients: whole numbers (module docstring)
     try:
         q = min(max(spec.q_start, spec.q_min), spec.q_max)
         if run(q):
@@ -180,11 +182,13 @@ def search_seed(cand: Candidate, spec: SearchSpec, rep: int, trace_df: pd.DataFr
             out.hit_ceiling = hi == math.inf
         else:
             while lo == 0.0 and q > spec.q_min:
-                q = max(q / 2, spec.q_min)
+                q = max(whole(q / 2), spec.q_min)
                 run(q)
-        if lo > 0 and hi < math.inf:
-            for _ in range(spec.iters):
-                run(math.sqrt(lo * hi))
+        for _ in range(spec.iters if lo > 0 and hi < math.inf else 0):
+            mid = math.sqrt(lo * hi) if not spec.clients else float(min(max(math.floor(math.sqrt(lo * hi)), lo + 1), hi - 1))
+            if not lo < mid < hi:  # whole numbers: lo and hi adjacent
+                break
+            run(mid)
     except ConfigError as e:  # a P/D shape found not to fit when its cluster is built
         out.error = str(e)
         return out

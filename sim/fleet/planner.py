@@ -36,6 +36,13 @@ from sim.fleet.capacity import (
     probe_replica,
     search_seed,
 )
+from sim.fleet.clients_plan import (
+    check_clients,
+    client_search,
+    closed_demand,
+    probe_clients,
+    replay_clients,
+)
 from sim.fleet.sizing import size
 from sim.fleet.spec import Demand, PlanSpec
 from sim.fleet.table import build_table
@@ -69,15 +76,20 @@ Progress = Callable[[str, int, int], None]
 
 def _search_task(task: tuple[Candidate, SearchSpec, int], df: pd.DataFrame) -> Any:
     cand, spec, rep = task
-    return search_seed(cand, spec, rep, df, probe_replica if cand.split is None else probe_split)
+    probe = probe_clients if spec.clients else probe_replica if cand.split is None else probe_split
+    return search_seed(cand, spec, rep, df, probe)
 
 
 def _validate_task(task: ValidateTask, df: pd.DataFrame) -> Validation:
-    return validate_fleet(task, df, replay_replicas if task.candidate.split is None else replay_split)
+    replay = replay_clients if task.clients else replay_replicas if task.candidate.split is None else replay_split
+    return validate_fleet(task, df, replay)
 
 
 def measure_demand(df: pd.DataFrame, spec: PlanSpec) -> tuple[pd.DataFrame, Demand]:
-    """Scale the trace (``--rate-scale`` or ``--target-qps``) and measure mean and peak QPS."""
+    """Scale the trace (``--rate-scale`` or ``--target-qps``) and measure mean and peak QPS;
+    or, for N clients, the trace as they send it (:func:`sim.fleet.clients_plan.closed_demand`)."""
+    if spec.max_concurrency is not None:
+        return closed_demand(df, spec.max_concurrency)
     rate0 = mean_rate(df["arrival_s"].to_numpy(np.float64))
     scale = spec.target_qps / rate0 if spec.target_qps else spec.rate_scale
     scaled = scale_rate(df, scale)
@@ -94,6 +106,8 @@ def capacities(spec: PlanSpec, cands: list[Candidate], scaled: pd.DataFrame, dem
     search = SearchSpec(slo=spec.slo, base=spec.base, q_start=demand.peak_qps,
                         q_min=demand.peak_qps / 256, q_max=demand.peak_qps * 256, iters=spec.iters,
                         window=spec.window, seed=spec.seed)
+    if demand.clients:
+        search = client_search(search, demand.clients, spec.window)
     tasks = [(c, search, r) for c in cands for r in range(spec.replications)]
     if not tasks:
         return []
@@ -130,8 +144,9 @@ def best_per_shape(caps: list[CapacityEstimate], spec: PlanSpec | None = None) -
 
 def validate(spec: PlanSpec, caps: list[CapacityEstimate], scaled: pd.DataFrame, demand: Demand,
              progress: Progress | None = None) -> dict[Candidate, Validation]:
-    tasks = [ValidateTask(c.candidate, spec.base, size(demand.peak_qps, c.qps, spec.headroom),
-                          spec.slo, spec.router) for c in best_per_shape(caps, spec)]
+    tasks = [ValidateTask(c.candidate, spec.base, size(demand.load, c.qps, spec.headroom),
+                          spec.slo, spec.router, clients=demand.clients or None) for c in best_per_shape(caps, spec)
+             if not (demand.clients and c.candidate.config(spec.base).api_server_count)]  # (clients_plan.py)
     if not tasks:  # no candidate passed at any load: nothing to replay
         return {}
     done = [0]
@@ -164,13 +179,15 @@ def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None,
     GPU x TP at the pessimistic edge of the cost model's step-time error band."""
     open_loop_only(df, "plan", "a plan sizes the fleet from the trace's arrival rate")
     check_window(spec, len(df))
+    check_clients(spec, len(df))
     scaled, demand = measure_demand(df, spec)
     cands = grid(spec.gpus, spec.tps, spec.knobs, spec.splits)
     caps = capacities(spec, cands, scaled, demand, progress)
     more = raised_seq_cap(list(zip(cands, caps, strict=True))) if spec.raise_seqs else []
     caps += capacities(spec, more, scaled, demand, progress) if more else []
     vals = validate(spec, caps, scaled, demand, progress) if spec.validate else {}
-    t, rate = rate_timeline(scaled["arrival_s"].to_numpy(np.float64), spec.bucket_s)
+    t, rate = rate_timeline(scaled["arrival_s"].to_numpy(np.float64), spec.bucket_s) if not demand.clients else \
+        (np.zeros(0), np.zeros(0))  # a closed loop has no rate to autoscale on
     table = build_table(spec, demand, caps, vals, (t, rate))
     edges: dict[Candidate, BandEdge] = {}
     if band:
@@ -181,7 +198,7 @@ def run_plan(df: pd.DataFrame, spec: PlanSpec, progress: Progress | None = None,
         edges = band_edges(spec, best_per_shape(caps, spec), demand, at_edge)
     table = band_columns(table, edges, spec)
     sched = cost = None
-    if len(table) and table.iloc[0]["max_qps_per_replica"] > 0:
+    if len(table) and table.iloc[0]["max_qps_per_replica"] > 0 and not demand.clients:
         top = table.iloc[0]
         pol = autoscale.AutoscalePolicy(bucket_s=spec.bucket_s, cold_start_s=spec.cold_start_s,
                                         headroom=spec.headroom, n_plus_k=spec.n_plus_k)

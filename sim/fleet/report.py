@@ -14,6 +14,7 @@ import yaml
 from sim.errors import ConfigError
 from sim.fleet import plots
 from sim.fleet.binding import LABELS
+from sim.fleet.clients_plan import METHOD, capacity_sentence, demand_line, is_closed, load_text
 from sim.fleet.disagg_report import disagg_section, unit_suffix, unit_text
 from sim.fleet.explain import INFEASIBLE, SOFT_BASES, lowest_probe, ranking_caveat
 from sim.fleet.planner import Plan
@@ -56,14 +57,18 @@ def _fmt(col: str, v: Any) -> str:
 def markdown_table(table: pd.DataFrame) -> str:
     cols = [c for c in MD_COLS if c in table.columns]
     xpyd = "shape" in table and bool((table["shape"] != "unified").any())  # a unit is a replica or an xPyD group
-    names = {**MD_COLS, **({"replicas": "units", "max_qps_per_replica": "QPS/unit"} if xpyd else {})}
+    names = {**MD_COLS, **({"replicas": "units", "max_qps_per_replica": "QPS/unit"} if xpyd else {}),
+             **({"max_qps_per_replica": "clients/replica"} if "clients" in table and table["clients"].notna().any() else {})}
     lines = ["| # | " + " | ".join(names[c] for c in cols) + " |",
              "|---|" + "---|" * len(cols)]
     for i, r in table.iterrows():
         cells = [_fmt(c, r[c]) for c in cols]
         if "replicas" in cols and INFEASIBLE in str(r.get("note", "")):
             cells[cols.index("replicas")] = "infeasible"
-        if c_ci := f"{r['qps_ci_low']:.1f}–{r['qps_ci_high']:.1f}":
+        if is_closed(r):
+            cells[cols.index("max_qps_per_replica")] = (f"{r['max_clients_per_replica']:.0f} ({r['clients_ci_low']:.1f}–"
+                                                        f"{r['clients_ci_high']:.1f}); {r['max_qps_per_replica']:.2f} req/s")
+        elif c_ci := f"{r['qps_ci_low']:.1f}–{r['qps_ci_high']:.1f}":
             cells[cols.index("max_qps_per_replica")] += f" ({c_ci})"
         lines.append(f"| {int(i) + 1} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -86,7 +91,7 @@ def _band_note(b: pd.Series, sized_for_edge: bool) -> str:
     head = (f" Step-time band: the cost model is *{b['cost_basis']}* for {b['gpu']} TP{tp}; its held-out error "
             f"reaches {pct:+.0f}% (steps slower than predicted, 90th percentile).")
     if sized_for_edge:
-        return head + (f" The fleet above is sized for that edge ({b['qps_pessimistic']:.1f} QPS per {unit_text(b)[1]}); "
+        return head + (f" The fleet above is sized for that edge ({load_text(b, b['qps_pessimistic'])} per {unit_text(b)[1]}); "
                        f"{_count(n, unit_text(b)[1])} (${b['cost_per_hour']:,.2f}/h) would do only if "
                        "steps are as fast as predicted.")
     if int(n_p) == 0:
@@ -115,12 +120,13 @@ def recommendation(plan: Plan) -> str:
     return (f"**Recommended: {n} x {what}** = "
             f"{_count(n * per_unit, 'GPU')}, ${per_hour:,.2f}/h, ${scale * b['cost_per_1m_out_tokens']:.3f} per 1M output "
             f"tokens, ${24 * per_hour:,.0f}/day static"
-            + ("" if edge else f" (${b['autoscale_cost_per_day']:,.0f}/day autoscaled)") + ". "
-            f"One {word} sustains {b['max_qps_per_replica']:.1f} QPS within the SLO (95% CI "
-            f"{b['qps_ci_low']:.1f}–{b['qps_ci_high']:.1f}); peak demand {b['peak_qps']:.1f} QPS; "
-            f"headroom {b['headroom_pct']:.0f}% at {_count(int(b['replicas']), word)}; binding constraint: "
-            f"{b['binding_constraint']}. Routed replay of the full trace at {_count(int(b['replicas']), word)}: attainment "
-            f"{100 * b['attainment']:.2f}% (lower bound {100 * b['attainment_lower']:.2f}%)."
+            + ("" if edge or is_closed(b) else f" (${b['autoscale_cost_per_day']:,.0f}/day autoscaled)") + ". "
+            + (capacity_sentence(b, word) if is_closed(b) else f"One {word} sustains {b['max_qps_per_replica']:.1f} QPS "
+               f"within the SLO (95% CI {b['qps_ci_low']:.1f}–{b['qps_ci_high']:.1f}); peak demand {b['peak_qps']:.1f} QPS")
+            + f"; headroom {b['headroom_pct']:.0f}% at {_count(int(b['replicas']), word)}; binding constraint: "
+            f"{b['binding_constraint']}. " + (f"Routed replay of the full trace at {_count(int(b['replicas']), word)}"
+                                               if b.get("validated", True) else f"Not validated (Notes); one {word} at capacity")
+            + f": attainment {100 * b['attainment']:.2f}% (lower bound {100 * b['attainment_lower']:.2f}%)."
             + _band_note(b, edge is not None))
 
 
@@ -213,7 +219,7 @@ def write_bundle(plan: Plan, out: Path, inputs: dict[str, Any], command: list[st
     validation_frame(plan).to_csv(out / "validation.csv", index=False)
     if len(t) and not t["slo_pass"].astype(bool).any() and plan.capacities:
         paths["pareto"] = plots.best_achievable(best_achievable_rows(plan), out / "best_achievable.png")
-    else:
+    elif not plan.demand.clients:  # (a closed loop has no demand rate to plot cost against)
         paths["pareto"] = plots.pareto(t, plan.demand.peak_qps, out / "pareto.png")
     b = plan.best
     label = f"{int(b['replicas'])} x {b['gpu']} tp{int(b['tp'])}" if b is not None else ""
@@ -239,8 +245,8 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
     lines = [
         f"# kvsim plan: {inputs['model']} on {inputs['trace']['path'].split('/')[-1]}", "",
         f"SLO: {spec.slo.describe()} (pass/fail on the one-sided {100 * spec.slo.confidence:.0f}% Wilson lower bound). "
-        f"Load: rate x{d.scale:.3g}, mean {d.mean_qps:.2f} QPS, peak {d.peak_qps:.2f} QPS "
-        f"(busiest {spec.peak_window_s:g} s). Router: {spec.router}. N+k: k={spec.n_plus_k}. "
+        + (demand_line(d) if d.clients else f"Load: rate x{d.scale:.3g}, mean {d.mean_qps:.2f} QPS, peak "
+           f"{d.peak_qps:.2f} QPS (busiest {spec.peak_window_s:g} s).") + f" Router: {spec.router}. N+k: k={spec.n_plus_k}. "
         f"Cost model: {cost_models(plan.table, inputs)}.",
         *([stack] if (stack := serving_stack_line(plan)) else []), "",
         recommendation(plan), "",
@@ -263,14 +269,15 @@ def _markdown(plan: Plan, paths: dict[str, Path], cmd: str, inputs: dict[str, An
     win = (f"random window of {n_win:,} requests of the scaled trace" if n_win == spec.window else
            f"window of {n_win:,} requests (the whole trace: --window {spec.window:,} is longer)")
     lines += ["", "## Method", "",
+              METHOD.format(reps=spec.replications, win=win, seed=spec.seed) if d.clients else
               f"- Per-replica capacity: bisection over the mean arrival rate on {spec.replications} replications, each a "
               f"{win}, thinned to 90% (seed {spec.seed}); "
               "the first 10% of a window is warm-up. Capacity = mean over replications, 95% Student-t CI.",
-              "- Replicas = ceil(peak / capacity x (1 + headroom)) + k, then a routed replay of the **full** trace through "
+              f"- Replicas = ceil({'N' if d.clients else 'peak'} / capacity x (1 + headroom)) + k, then a routed replay of the **full** trace through "
               "the fleet (best knobs per GPU x TP) adjusts it: +1 while it fails, -1 once if the smaller fleet passes.",
               "- `validated = no` rows were sized by per-replica math only.",
               "- Costs: $/h = GPUs x $/GPU-hour (" + spec.price_point + " price; an xPyD group with a GPU per role "
-              "pays each role's own); $/1M tokens at the mean demand.",
+              "pays each role's own); $/1M tokens at " + ("the load line's rate." if d.clients else "the mean demand."),
               ]
     if unverified:
         lines.append(f"- **Unverified prices** (recalled, not sourced): {', '.join(unverified)}. Override with --prices.")

@@ -42,6 +42,7 @@ class PlanSpec:
     address: str | None = None
     splits: list[Split] = field(default_factory=list)   # xPyD groups searched beside unified replicas
     raise_seqs: bool = False   # also search 2x max_num_seqs where the cap binds (fleet/tuning.py)
+    max_concurrency: int | None = None   # a closed loop of N clients (sim/fleet/clients_plan.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +53,9 @@ class Demand:
     mean_output_tokens: float
     mean_total_tokens: float
     duration_s: float
+    clients: int = 0           # a closed loop's N clients (rates then NaN); 0: open loop
+
+    @property
+    def load(self) -> float:
+        """What the fleet is sized for: N clients, or the peak rate."""
+        return float(self.clients) if self.clients else self.peak_qps

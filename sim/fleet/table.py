@@ -11,6 +11,7 @@ import pandas as pd
 from sim.fleet import autoscale
 from sim.fleet.breakdown import PARTS
 from sim.fleet.capacity import CapacityEstimate
+from sim.fleet.clients_plan import UNVALIDATED
 from sim.fleet.explain import cost_model_of, infeasible_note
 from sim.fleet.sizing import size
 from sim.fleet.spec import Demand, PlanSpec
@@ -28,7 +29,7 @@ COLUMNS = (
     "cost_per_day", "autoscale_cost_per_day", "price_per_gpu_hour", "price_unverified",
     "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "kv_tokens", "kv_util", "frag_share",
     "preempt_per_1k", "binding_constraint", "cost_model", "cost_basis", "requests_per_gpu_dollar",
-    *AT_CAPACITY, "note",
+    *AT_CAPACITY, "note", "clients", "max_clients_per_replica", "clients_ci_low", "clients_ci_high",
 )
 
 
@@ -38,15 +39,16 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
     usd_unit = c.unit_price(spec.prices, spec.price_point)   # each role's GPUs at its own price
     usd_gpu = usd_unit / c.gpus_per_unit                       # blended over the roles' GPUs
     unverified = [g for g in c.gpu_names if spec.prices[g].unverified]
-    n_math = size(demand.peak_qps, cap.qps, spec.headroom)
+    n_math = size(demand.load, cap.qps, spec.headroom)
     n_base = val.replicas if val is not None else n_math
     n = n_base + spec.n_plus_k if cap.feasible else 0
     m = dict(cap.at_capacity)
     if val is not None:
         m.update(val.metrics)
     per_hour = n * usd_unit if n else math.nan
-    out_tok_h = demand.mean_qps * demand.mean_output_tokens * 3600 / 1e6
-    tot_tok_h = demand.mean_qps * demand.mean_total_tokens * 3600 / 1e6
+    rate = closed_rate(demand, cap) if demand.clients else demand.mean_qps
+    out_tok_h = rate * demand.mean_output_tokens * 3600 / 1e6
+    tot_tok_h = rate * demand.mean_total_tokens * 3600 / 1e6
     passed = bool(val.passed) if val is not None else cap.feasible
     auto = math.nan
     if cap.feasible and len(timeline[0]):
@@ -62,8 +64,11 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
         notes.append(infeasible)
     if val is not None and not val.passed:
         notes.append(f"routed replay fails at {val.replicas} replicas")
+    if demand.clients and val is None and spec.validate and cap.feasible:
+        notes.append(UNVALIDATED)
     if any(s.hit_ceiling for s in cap.seeds):
-        notes.append("capacity hit the search ceiling")
+        notes.append("one replica serves all the clients" if demand.clients and cap.qps >= demand.clients else
+                     "capacity hit the search ceiling" + (" (a quarter of --window)" if demand.clients else ""))
     if unverified:
         notes.append("price unverified" + ("" if len(c.gpu_names) == 1 else f" ({', '.join(unverified)})"))
     cost_name, basis = cost_model_of(c, spec.base)
@@ -73,9 +78,8 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
         "replicas_math": n_math + spec.n_plus_k if cap.feasible else 0,
         "slo_pass": passed and cap.feasible, "validated": val is not None,
         "attainment": m.get("attainment", math.nan), "attainment_lower": m.get("attainment_lower", math.nan),
-        "max_qps_per_replica": cap.qps, "qps_ci_low": cap.ci_low, "qps_ci_high": cap.ci_high,
-        "peak_qps": demand.peak_qps,
-        "headroom_pct": 100 * (1 - demand.peak_qps / (n_base * cap.qps)) if cap.qps > 0 and n_base else math.nan,
+        **_capacity(demand, cap),
+        "headroom_pct": 100 * (1 - demand.load / (n_base * cap.qps)) if cap.qps > 0 and n_base else math.nan,
         "cost_per_hour": per_hour,
         "cost_per_1m_out_tokens": per_hour / out_tok_h if out_tok_h else math.nan,
         "cost_per_1m_tokens": per_hour / tot_tok_h if tot_tok_h else math.nan,
@@ -84,10 +88,31 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
         **{k: m.get(k, math.nan) for k in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "kv_tokens",
                                           "kv_util", "frag_share", "preempt_per_1k")},
         "binding_constraint": cap.binding, "cost_model": cost_name, "cost_basis": basis,
-        "requests_per_gpu_dollar": cap.qps * 3600 / usd_unit if usd_unit else math.nan,
+        "requests_per_gpu_dollar": _served(demand, cap) * 3600 / usd_unit if usd_unit else math.nan,
         **{k: cap.at_capacity.get(k, math.nan) for k in AT_CAPACITY},
         "note": "; ".join(notes),
     }
+
+
+def closed_rate(demand: Demand, cap: CapacityEstimate) -> float:
+    """A closed loop's fleet throughput, at least: N clients at the per-client rate measured at a
+    replica's capacity (:mod:`sim.fleet.clients_plan`)."""
+    return demand.clients * cap.at_capacity.get("throughput_rps", math.nan) / cap.qps if cap.qps > 0 else math.nan
+
+
+def _served(demand: Demand, cap: CapacityEstimate) -> float:
+    """Requests per second one replica serves at its capacity."""
+    return cap.at_capacity.get("throughput_rps", math.nan) if demand.clients else cap.qps
+
+
+def _capacity(demand: Demand, cap: CapacityEstimate) -> dict[str, Any]:
+    """The capacity columns: rates, or for a closed loop clients (and the rate served at capacity)."""
+    if not demand.clients:
+        return {"max_qps_per_replica": cap.qps, "qps_ci_low": cap.ci_low, "qps_ci_high": cap.ci_high,
+                "peak_qps": demand.peak_qps}
+    return {"max_qps_per_replica": _served(demand, cap), "qps_ci_low": math.nan, "qps_ci_high": math.nan,
+            "peak_qps": math.nan, "clients": demand.clients, "max_clients_per_replica": cap.qps,
+            "clients_ci_low": cap.ci_low, "clients_ci_high": cap.ci_high}
 
 
 def build_table(spec: PlanSpec, demand: Demand, caps: list[CapacityEstimate],

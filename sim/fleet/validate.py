@@ -32,6 +32,7 @@ class ValidateTask:
     router: str
     max_extra: int = 3
     try_fewer: bool = True
+    clients: int | None = None   # a closed loop's N clients (sim/fleet/clients_plan.py)
 
 
 @dataclass(slots=True)
