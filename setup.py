@@ -18,7 +18,7 @@ import os
 from setuptools import Extension, setup
 
 NO_FMA = ["-ffp-contract=off"]
-CYTHON = ["sim.io.step_fold"]
+CYTHON = ["sim.cost.decode_time", "sim.io.step_fold", "sim.engine.fastforward.run_layout"]
 DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": True, "embedsignature": True}
 
 
@@ -32,7 +32,6 @@ def c_twins() -> list[Extension]:
         ext("sim.kv._pool_loops", ("kv/_free_front.h",)),
         ext("sim.kv._table_loops", ("kv/_free_front.h", "_slot_attr.h", "_margin_note.h")),
         ext("sim.io._records", ("_slot_attr.h",)),
-        ext("sim.engine.fastforward._run_layout", ("engine/fastforward/_decode_time.h",), NO_FMA),
         ext("sim.engine.fastforward._quiet_steps", ("engine/fastforward/_decode_time.h", "_slot_attr.h"), NO_FMA),
         ext("sim.sched._admit", ("_slot_attr.h", "_margin_note.h")),
     ]

@@ -34,14 +34,13 @@ def compiled_switches() -> list[tuple[str, Any, str, Any]]:
     set (None, or the Python reference itself). The modules compiled by Cython
     (:func:`cython_modules`) have no switch: a process runs them compiled or not."""
     from sim.engine import step
-    from sim.engine.fastforward import decoders, quiet_steps, run_layout, steps
+    from sim.engine.fastforward import decoders, quiet_steps, steps
     from sim.io import records, results
     from sim.kv import block_pool, paged_prefix
     from sim.sched import waiting_pass
 
     plain = [("pool", block_pool, "LOOPS"), ("tables", paged_prefix, "TABLE_LOOPS"), ("records", records, "FILL"),
-             ("columns", results, "GATHER"), ("run_layout", run_layout, "COMPILED"),
-             ("quiet_steps", quiet_steps, "COMPILED"), ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH"),
+             ("columns", results, "GATHER"), ("quiet_steps", quiet_steps, "COMPILED"), ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH"),
              ("admit", waiting_pass, "PLAIN")]
     return [*((n, m, a, None) for n, m, a in plain), ("leave", decoders, "leave_all", decoders._leave_all),
             ("computed", step.StepKernel, "computed_of", staticmethod(step.computed_of))]
@@ -49,9 +48,11 @@ def compiled_switches() -> list[tuple[str, Any, str, Any]]:
 
 def cython_modules() -> list[tuple[str, Any]]:
     """The modules compiled by Cython from their own source (``setup.py``), as ``(name, module)``."""
+    from sim.cost import decode_time
+    from sim.engine.fastforward import run_layout
     from sim.io import step_fold
 
-    return [("step_fold", step_fold)]
+    return [("step_fold", step_fold), ("run_layout", run_layout), ("decode_time", decode_time)]
 
 
 def compiled_loops() -> list[str]:
