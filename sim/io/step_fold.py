@@ -36,7 +36,12 @@ def fold_row(acc: np.ndarray, ic: np.ndarray, B: float, w: float, tok: int, res:
              fre: int, saved: int) -> None:
     """Add one row to ``acc`` (w, wshare x5, share x5, saved) and ``ic`` (n, held peak)."""
     pool = float(tok + res + inl + ext + fre)
-    s0, s1, s2, s3, s4 = tok / pool, res / pool, inl / pool, ext / pool, fre / pool
+    fold_shares(acc, ic, B, w, tok / pool, res / pool, inl / pool, ext / pool, fre / pool, tok + inl + res, saved)
+
+
+def fold_shares(acc: np.ndarray, ic: np.ndarray, B: float, w: float, s0: float, s1: float, s2: float, s3: float,
+                s4: float, held: int, saved: int) -> None:
+    """:func:`fold_row` from the row's five shares of the pool and its held slots."""
     acc[0] = acc[0] + w
     acc[1] = acc[1] + s0 * w
     acc[6] = acc[6] + s0
@@ -48,7 +53,6 @@ def fold_row(acc: np.ndarray, ic: np.ndarray, B: float, w: float, tok: int, res:
     acc[9] = acc[9] + s3
     acc[5] = acc[5] + s4 * w
     acc[10] = acc[10] + s4
-    held = tok + inl + res
     if held > ic[1]:
         ic[1] = held
     hb = held / B
@@ -93,10 +97,16 @@ def fold_run(ctx: np.ndarray, cum: np.ndarray, dts: np.ndarray, a: int, b: int, 
     tok0 = -(comp0 + shared * block_size)
     int0 = (usable - free0 + shared) * block_size + comp0
     free_slots = free0 * block_size
+    # the pool (the five categories' sum), reserved slots (0) and external ones (nulls) are the same
+    # on every row of a run: their shares are divided once, the floats fold_row divides each row
+    pool = float(tok0 + int0 + nulls + free_slots)
+    s_res, s_ext = 0 / pool, nulls / pool
     for r in range(a, b):
         c = ctx[r]
         cb = cum[r] * block_size
-        fold_row(acc, ic, B, dts[r + 1 - lag], tok0 + c, 0, int0 + cb - c, nulls, free_slots - cb, shared)
+        tok, inl = tok0 + c, int0 + cb - c
+        fold_shares(acc, ic, B, dts[r + 1 - lag], tok / pool, s_res, inl / pool, s_ext, (free_slots - cb) / pool,
+                    tok + inl, shared)
 
 
 class StepSums:
