@@ -36,10 +36,10 @@ def compiled_switches() -> list[tuple[str, Any, str, Any]]:
     from sim.engine import step
     from sim.engine.fastforward import decoders, quiet_steps, steps
     from sim.io import records, results
-    from sim.kv import block_pool, paged_prefix
+    from sim.kv import paged_prefix
     from sim.sched import waiting_pass
 
-    plain = [("pool", block_pool, "LOOPS"), ("tables", paged_prefix, "TABLE_LOOPS"), ("records", records, "FILL"),
+    plain = [("tables", paged_prefix, "TABLE_LOOPS"), ("records", records, "FILL"),
              ("columns", results, "GATHER"), ("quiet_steps", quiet_steps, "COMPILED"), ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH"),
              ("admit", waiting_pass, "PLAIN")]
     return [*((n, m, a, None) for n, m, a in plain), ("leave", decoders, "leave_all", decoders._leave_all),
@@ -51,8 +51,10 @@ def cython_modules() -> list[tuple[str, Any]]:
     from sim.cost import decode_time
     from sim.engine.fastforward import run_layout
     from sim.io import step_fold
+    from sim.kv import block_pool, free_queue
 
-    return [("step_fold", step_fold), ("run_layout", run_layout), ("decode_time", decode_time)]
+    return [("pool", block_pool), ("free_queue", free_queue), ("step_fold", step_fold), ("run_layout", run_layout),
+            ("decode_time", decode_time)]
 
 
 def compiled_loops() -> list[str]:

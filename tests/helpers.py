@@ -6,7 +6,6 @@
 - :func:`conv_slice`                    the bundled Azure conv slice's first requests, arrivals sped up
 - :func:`optional_data`                 a large optional file under ``KVSIM_DATA``, or a skip
 - :func:`bench_module`                  a script of ``bench/``, imported as a module
-- :func:`pool_loops`                    the block pool's per-block loops: pure Python or compiled
 - :func:`table_loops`                   the paged allocator's per-request loops: pure Python or compiled
 - :func:`require_built`                 skip, with the reason, where a compiled loop is not in use
 - :func:`as_python`                     a Cython-compiled module, imported once more from its .py
@@ -64,20 +63,9 @@ def as_python(module: ModuleType) -> ModuleType:
     return out
 
 
-def pool_loops(which: str) -> ModuleType | None:
-    """``block_pool.LOOPS`` for ``which`` ("python": None; "compiled": the extension, or a skip
-    with the reason where it was not built)."""
-    if which == "python":
-        return None
-    try:
-        from sim.kv import _pool_loops  # type: ignore[attr-defined]
-    except ImportError:
-        require_built(None, "sim/kv/_pool_loops.c")
-    return _pool_loops
-
-
 def table_loops(which: str) -> ModuleType | None:
-    """``paged_prefix.TABLE_LOOPS`` for ``which``, as :func:`pool_loops`."""
+    """``paged_prefix.TABLE_LOOPS`` for ``which`` ("python": None; "compiled": the extension, or a
+    skip with the reason where it was not built)."""
     if which == "python":
         return None
     try:
