@@ -1,8 +1,10 @@
 """The compiled loops against their pure-Python references, as a ratio measured in one process.
 
-The optional C extensions (``sim/kv/_pool_loops.c``, ``sim/io/_records.c``,
-``sim/io/_step_fold.c``, ``sim/engine/fastforward/_run_layout.c``, ``_quiet_steps.c``) give the same results as the
-Python they replace; this bench times how much faster. It runs issue 19's 70B replica
+The optional C twins (``sim/kv/_pool_loops.c``, ``sim/io/_records.c``, ``_quiet_steps.c``, ...)
+give the same results as the Python they replace; this bench times how much faster. The modules
+compiled by Cython from their own source (``record.cython_modules``: the step fold, the run
+layout) have no switch in a process: they run compiled on both sides (time them against a
+``KVSIM_PURE_PYTHON=1`` process instead). It runs issue 19's 70B replica
 (``--what engine``, ``simulate``) or its 8-replica fleet (``--what ROUTER``, ``replay_fleet``)
 round by round in one process, switching every compiled loop on and off between runs (the
 modules' selection attributes), the order alternating between rounds so a drift in machine

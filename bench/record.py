@@ -29,26 +29,40 @@ PREFIX = "RECORD "
 
 
 def compiled_switches() -> list[tuple[str, Any, str, Any]]:
-    """Each optional compiled loop as ``(name, owner, attribute, off)``: the attribute of a module
-    (or class) that holds it, and what it holds where it was not built or ``KVSIM_PURE_PYTHON``
-    is set (None, or the Python reference itself)."""
+    """Each optional C twin as ``(name, owner, attribute, off)``: the attribute of a module (or
+    class) that holds it, and what it holds where it was not built or ``KVSIM_PURE_PYTHON`` is
+    set (None, or the Python reference itself). The modules compiled by Cython
+    (:func:`cython_modules`) have no switch: a process runs them compiled or not."""
     from sim.engine import step
-    from sim.engine.fastforward import decoders, quiet_steps, run_layout, steps
-    from sim.io import records, results, step_fold
-    from sim.kv import block_pool, paged_prefix
+    from sim.engine.fastforward import decoders, quiet_steps, steps
+    from sim.io import records, results
+    from sim.kv import paged_prefix
     from sim.sched import waiting_pass
 
-    plain = [("pool", block_pool, "LOOPS"), ("tables", paged_prefix, "TABLE_LOOPS"), ("records", records, "FILL"),
-             ("columns", results, "GATHER"), ("step_fold", step_fold, "COMPILED"), ("run_layout", run_layout, "COMPILED"),
-             ("quiet_steps", quiet_steps, "COMPILED"), ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH"),
+    plain = [("tables", paged_prefix, "TABLE_LOOPS"), ("records", records, "FILL"),
+             ("columns", results, "GATHER"), ("quiet_steps", quiet_steps, "COMPILED"), ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH"),
              ("admit", waiting_pass, "PLAIN")]
     return [*((n, m, a, None) for n, m, a in plain), ("leave", decoders, "leave_all", decoders._leave_all),
             ("computed", step.StepKernel, "computed_of", staticmethod(step.computed_of))]
 
 
+def cython_modules() -> list[tuple[str, Any]]:
+    """The modules compiled by Cython from their own source (``setup.py``), as ``(name, module)``."""
+    from sim.cost import decode_time
+    from sim.engine.fastforward import run_layout
+    from sim.io import step_fold
+    from sim.kv import block_pool, free_queue
+
+    return [("pool", block_pool), ("free_queue", free_queue), ("step_fold", step_fold), ("run_layout", run_layout),
+            ("decode_time", decode_time)]
+
+
 def compiled_loops() -> list[str]:
     """The optional compiled loops this process runs: the same results, another speed."""
-    return [name for name, owner, attr, off in compiled_switches() if not _is(vars(owner)[attr], off)]
+    from sim.compiled import is_compiled
+
+    return [*(name for name, owner, attr, off in compiled_switches() if not _is(vars(owner)[attr], off)),
+            *(name for name, module in cython_modules() if is_compiled(module))]
 
 
 def _is(held: Any, off: Any) -> bool:

@@ -8,7 +8,13 @@ The names below are imported on first use, so ``import sim`` (and the CLI) stays
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+if os.environ.get("KVSIM_PURE_PYTHON"):  # compiled modules imported from their .py (sim.compiled)
+    from sim.compiled import prefer_source
+
+    prefer_source()
 
 __version__ = "0.1.0"
 __all__ = ["SimConfig", "SimResult", "load_trace", "make_config", "simulate"]

@@ -6,9 +6,9 @@
 - :func:`conv_slice`                    the bundled Azure conv slice's first requests, arrivals sped up
 - :func:`optional_data`                 a large optional file under ``KVSIM_DATA``, or a skip
 - :func:`bench_module`                  a script of ``bench/``, imported as a module
-- :func:`pool_loops`                    the block pool's per-block loops: pure Python or compiled
 - :func:`table_loops`                   the paged allocator's per-request loops: pure Python or compiled
 - :func:`require_built`                 skip, with the reason, where a compiled loop is not in use
+- :func:`as_python`                     a Cython-compiled module, imported once more from its .py
 - :func:`same_either_way`               a simulation with a compiled loop and with its Python: identical
 - :func:`a_run`                         a laid-out run of quiet steps (random times and pops)
 - :func:`known_stack`                   a serving-stack profile YAML with the coefficients given
@@ -44,20 +44,28 @@ def bench_module(name: str) -> ModuleType:
         sys.path.remove(str(REPO / "bench"))
 
 
-def pool_loops(which: str) -> ModuleType | None:
-    """``block_pool.LOOPS`` for ``which`` ("python": None; "compiled": the extension, or a skip
-    with the reason where it was not built)."""
-    if which == "python":
-        return None
-    try:
-        from sim.kv import _pool_loops  # type: ignore[attr-defined]
-    except ImportError:
-        require_built(None, "sim/kv/_pool_loops.c")
-    return _pool_loops
+def as_python(module: ModuleType) -> ModuleType:
+    """``module`` (compiled by Cython from its ``.py``: ``setup.py``) imported once more from that
+    ``.py``, under another name: the same source as Python, to check that the build kept its
+    floats (no fused multiply-add) and its integers. Skips, with the reason, where ``module``
+    was not compiled (then it is that Python already)."""
+    import importlib.util
+
+    from sim.compiled import is_compiled
+
+    if not is_compiled(module):
+        pytest.skip(f"{module.__name__} is not compiled here (no build, or KVSIM_PURE_PYTHON set)")
+    src = Path(module.__file__ or "").with_name(module.__name__.rpartition(".")[2] + ".py")
+    spec = importlib.util.spec_from_file_location(module.__name__ + "_as_python", src)
+    assert spec is not None and spec.loader is not None
+    out = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(out)
+    return out
 
 
 def table_loops(which: str) -> ModuleType | None:
-    """``paged_prefix.TABLE_LOOPS`` for ``which``, as :func:`pool_loops`."""
+    """``paged_prefix.TABLE_LOOPS`` for ``which`` ("python": None; "compiled": the extension, or a
+    skip with the reason where it was not built)."""
     if which == "python":
         return None
     try:

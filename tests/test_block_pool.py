@@ -7,27 +7,20 @@ Python list with its head at index 0, and each operation is the module docstring
 two must agree on everything a decision can read: free order, ref counts, hashes, the cache
 map with its duplicates, evictions and the shared excess.
 
-Every test here runs twice: with the pure-Python loops and with the compiled ones
-(``sim/kv/_pool_loops.c``; skipped, with the reason, where that extension was not built).
+The pool runs compiled by Cython from its own source where it was built (``setup.py``), and as
+that Python under ``KVSIM_PURE_PYTHON=1`` (CI runs this file both ways).
 """
 
 from __future__ import annotations
 
 import copy
+import pickle
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
-from sim.kv import block_pool
 from sim.kv.block_pool import FREE_ORDERS, UNPUBLISHED, BlockPool
-from tests.helpers import pool_loops
-
-
-@pytest.fixture(params=["python", "compiled"], autouse=True)
-def loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test once per implementation of the pool's per-block loops."""
-    monkeypatch.setattr(block_pool, "LOOPS", pool_loops(request.param))
 
 
 @dataclass
@@ -208,3 +201,41 @@ def test_a_runs_pops_commute_with_its_registrations(seed: int) -> None:
         assert bulk.evictions == one_by_one.evictions
         bulk.check()
         one_by_one.check()
+
+
+def test_a_bad_block_id_raises_instead_of_reading_memory() -> None:
+    pool = BlockPool(8)
+    got = pool.get_new_blocks(3)
+    with pytest.raises(IndexError):
+        pool.release([99])
+    with pytest.raises(TypeError):
+        pool.release([object()])  # type: ignore[list-item]
+    pool.release(got)
+    pool.check()
+
+
+def test_a_pool_copies_and_pickles() -> None:
+    """Sweeps copy pools and Ray ships them."""
+    pool = BlockPool(16)
+    pool.cache_block(pool.get_new_blocks(5)[0], 7)
+    front = pool.free_queue.to_list()[:4]
+    for other in (copy.deepcopy(pool), pickle.loads(pickle.dumps(pool))):
+        assert other.free_queue.to_list() == pool.free_queue.to_list() and other.cache == pool.cache
+        assert other.get_new_blocks(4) == front
+        other.check()
+
+
+def test_a_map_that_logs_its_deletes_sees_every_eviction() -> None:
+    """KV events (a stale precise router view) keep the pool's map as a dict subclass that logs
+    stores and deletes; a pop deletes through its own ``del`` (a typed dict's C call would not)."""
+    from sim.cluster.events import _EventedCache
+
+    pool, events = BlockPool(8), []
+    pool.cache = _EventedCache({}, events.append, lambda: 0.0)
+    got = pool.get_new_blocks(3)
+    for j, b in enumerate(got):
+        pool.cache_block(b, 100 + j)
+    pool.release(got)
+    pool.get_new_blocks(7)  # every free block: the three hashed ones are evicted
+    pool.check()
+    assert [stored for _, _, stored in events].count(False) == 3

@@ -25,10 +25,10 @@ from typing import Any, ClassVar
 import pandas as pd
 import pytest
 
-from sim.kv import block_pool, paged_prefix
+from sim.kv import paged_prefix
 from sim.kv.paged import PagedAllocator
 from sim.request import Request
-from tests.helpers import REPO, conv_slice, pool_loops, req, require_built, table_loops
+from tests.helpers import REPO, conv_slice, req, require_built, table_loops
 
 HELD_BACK = 9
 
@@ -103,8 +103,7 @@ def require_compiled() -> None:
 
 
 def loops(monkeypatch: pytest.MonkeyPatch, which: str) -> None:
-    """The pool's and the allocator's compiled loops (``which``: "compiled" or "python")."""
-    monkeypatch.setattr(block_pool, "LOOPS", pool_loops(which))
+    """The allocator's compiled loops (``which``: "compiled" or "python")."""
     monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
 
 

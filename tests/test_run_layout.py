@@ -1,10 +1,10 @@
-"""A run's arrays, compiled (``_run_layout.c``) and with numpy, are the same bit for bit.
+"""A run's arrays, laid out step by step (``sim/engine/fastforward/run_layout.py``).
 
-The numpy layout is the reference (``sim/engine/fastforward/run_layout.py``); the fast-forward
-tests compare both end to end with ``--exact-steps`` (the compiled one wherever it was built).
-Here random runs -- one bucket and many, sync and async, step times held up by the roof, the
-floor or the scheduler -- are laid out both ways and every value compared as bits. Skipped,
-with the reason, where the extension was not built.
+Random runs -- one bucket and many, sync and async, step times held up by the roof, the floor
+or the scheduler -- are laid out and every value checked against its definition: the blocks
+taken (the buckets' pops), the context tokens, each step time the cost model's own scalar
+(:func:`sim.cost.bulk.decode_step_time`'s function), the ends and busy times sequential float
+sums. And the module compiled (Cython, where it was built) and run as Python give the same bits.
 """
 
 from __future__ import annotations
@@ -12,15 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.cost.bulk import ArrayTimes, DecodeTerms
+from sim.cost.bulk import DecodeTerms
+from sim.cost.decode_time import step_time
 from sim.engine.fastforward import run_layout
-from sim.engine.fastforward.run_layout import lay_out_numpy, lay_out_run
-from tests.helpers import require_built
-
-
-@pytest.fixture
-def compiled() -> None:
-    require_built(run_layout.COMPILED, "sim/engine/fastforward/_run_layout.c")
+from sim.engine.fastforward.run_layout import lay_out_run
+from tests.helpers import as_python
 
 
 def random_run(rng: np.random.Generator) -> dict:
@@ -31,54 +27,54 @@ def random_run(rng: np.random.Generator) -> dict:
     terms = DecodeTerms(*(float(x) for x in rng.random(6) * scale),
                         *(float(x) for x in rng.random(4) * 1e-3), bool(rng.random() < 0.5))
     return dict(H=int(rng.integers(1, 1100)), B=B, firsts=firsts, decoders=int(rng.integers(1, 300)),
-                ctx0=int(rng.integers(0, 10**7)), pages=int(rng.integers(0, 10**5)), times=ArrayTimes(terms),
+                ctx0=int(rng.integers(0, 10**7)), pages=int(rng.integers(0, 10**5)), terms=terms,
                 p_dt=float(rng.random()), p_start=float(rng.random() * 1e4), t=float(rng.random() * 1e4 + 1e4),
                 busy0=float(rng.random() * 1e4), lag=int(rng.integers(0, 2)))
 
 
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+def by_definition(run: dict) -> list[list[float] | list[int]]:
+    """The run's arrays, one Python number at a time (run_layout's docstring)."""
+    H, B, lag = run["H"], run["B"], run["lag"]
+    pops = [0] * B
+    for j0, n in run["firsts"]:
+        pops[j0 - 1] = n
+    cum = [sum(pops[k % B] for k in range(o)) for o in range(1, H + 1)]
+    ctx = [run["decoders"] * o + run["ctx0"] for o in range(1, H + 1)]
+    dts = [run["p_dt"], *(step_time(*run["terms"], c, run["pages"] + u) for c, u in zip(ctx, cum, strict=True))]
+    ends, busy = [run["p_start"], run["t"]], [run["busy0"]]
+    for j in range(H):
+        ends.append(ends[-1] + dts[j + 1])
+        busy.append(busy[-1] + dts[j + 1 - lag])
+    return [cum, ctx, dts, ends, busy]
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_the_compiled_layout_is_numpys_bit_for_bit(compiled: None, seed: int) -> None:
+@pytest.mark.parametrize("seed", range(4))
+def test_a_run_is_laid_out_as_defined(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    for _ in range(50):
+    for _ in range(10):
         run = random_run(rng)
-        ref, got = lay_out_numpy(**run), lay_out_run(**run)
-        for name, a, b in zip(ref._fields, ref, got, strict=True):
-            assert same_bits(a, b), f"{name} differs: {run}"
+        got = lay_out_run(**run)
+        for name, want, a in zip(got._fields, by_definition(run), got, strict=True):
+            assert a.dtype == (np.int64 if name in ("cum", "ctx") else np.float64)
+            assert a.tolist() == want, f"{name} differs: {run}"
 
 
-def test_the_floats_are_exact_sequential_sums(compiled: None) -> None:
-    """Not only the same as numpy: each end is the previous end plus the step's time."""
-    rng = np.random.default_rng(7)
-    run = random_run(rng)
-    cum, ctx, dts, ends, busy = lay_out_run(**run)
-    for j in range(run["H"]):
-        assert ends[j + 2] == ends[j + 1] + dts[j + 1]
-        assert dts[j + 1] == run["times"](ctx[j:j + 1], run["pages"] + cum[j:j + 1])[0]
-    assert ends[1] == run["t"] and dts[0] == run["p_dt"] and busy[0] == run["busy0"]
+def test_the_compiled_layout_gives_the_pythons_bits() -> None:
+    """Skipped where the module was not compiled (then it is that Python)."""
+    py = as_python(run_layout)
+    rng = np.random.default_rng(9)
+    for _ in range(30):
+        run = random_run(rng)
+        for a, b in zip(lay_out_run(**run), py.lay_out_run(**run), strict=True):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-def test_without_folded_terms_the_numpy_layout_runs(compiled: None) -> None:
-    """A cost model with no decode terms has no compiled form: the times callable decides."""
+def test_bad_arguments_raise_one_line_errors() -> None:
     run = random_run(np.random.default_rng(3))
-    plain = run["times"].__call__  # the same function, without .terms
-    got = lay_out_run(**{**run, "times": plain})
-    ref = lay_out_numpy(**run)
-    assert all(same_bits(a, b) for a, b in zip(ref, got, strict=True))
-
-
-def test_bad_arguments_raise_one_line_errors(compiled: None) -> None:
-    fill = run_layout.COMPILED.lay_out  # type: ignore[union-attr]
-    terms = DecodeTerms(*([1e-3] * 10), True)
-    good = [np.empty(4, np.int64), np.empty(4, np.int64), np.empty(5), np.empty(6), np.empty(5)]
-    with pytest.raises(ValueError, match="need 5 float64 values"):
-        fill(*good[:2], np.empty(4, np.int64), *good[3:], [(1, 1)], 4, 1, 0, 0, terms, 0.0, 0.0, 0.0, 0.0, 0)
     with pytest.raises(ValueError, match=r"first offset is in 1\.\.B"):
-        fill(*good, [(5, 1)], 4, 1, 0, 0, terms, 0.0, 0.0, 0.0, 0.0, 0)
-    with pytest.raises(ValueError, match="11 fields"):
-        fill(*good, [(1, 1)], 4, 1, 0, 0, terms[:5], 0.0, 0.0, 0.0, 0.0, 0)
-    with pytest.raises(TypeError):
-        fill(*good, [(1, 1)], 4, 1, 0, 0, terms, "x", 0.0, 0.0, 0.0, 0)
+        lay_out_run(**{**run, "firsts": [(run["B"] + 1, 1)]})
+    with pytest.raises(ValueError, match="a lag not 0 or 1"):
+        lay_out_run(**{**run, "lag": 2})
+    out = [np.empty(4, np.int64), np.empty(4, np.int64), np.empty(4), np.empty(6), np.empty(5)]
+    with pytest.raises(ValueError, match="arrays too short"):
+        run_layout.fill(*out, np.ones(4, np.int64), 1, 0, 0, run["terms"], 0.0, 0.0, 0.0, 0.0, 0)

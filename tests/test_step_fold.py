@@ -1,10 +1,9 @@
-"""The summary's step sums are sequential sums in step order, whoever folds them.
+"""The summary's step sums are sequential sums in step order, however the rows arrive.
 
-The spec is the row in ``sim/io/_step_fold.c``'s docstring, added left to right. The numpy
-reference (``np.add.accumulate``), the compiled fold over columns, over StepRecord tuples and
-straight from a run's arrays must all give those floats bit for bit; so must a streamed run
-and an in-memory one, whatever the chunk size. Tests of the compiled fold are skipped, with
-the reason, where it was not built.
+The spec is the row in ``sim/io/step_fold.py``'s docstring, added left to right. The fold over
+columns, over StepRecord tuples and straight from a run's arrays must all give those floats bit
+for bit; so must a streamed run and an in-memory one, whatever the chunk size, and the module
+compiled (Cython, where it was built) and run as Python.
 """
 
 from __future__ import annotations
@@ -17,15 +16,9 @@ from sim.io import step_fold
 from sim.io.records import STEP_DTYPE, StepLog
 from sim.io.results import MEM_CATS
 from sim.io.step_fold import StepSums
-from tests.helpers import a_run, require_built
+from tests.helpers import a_run, as_python
 
 B = 16
-FOLD = step_fold.COMPILED  # the compiled fold as imported (None where it was not built)
-
-
-@pytest.fixture
-def compiled() -> None:
-    require_built(step_fold.COMPILED, "sim/io/_step_fold.c")
 
 
 def random_records(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -59,29 +52,23 @@ def by_hand(a: np.ndarray) -> tuple[list[float], list[int]]:
     return acc, [n, peak]
 
 
-def folded(which: str, a: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> StepSums:
-    monkeypatch.setattr(step_fold, "COMPILED", None if which == "numpy" else FOLD)
+def folded(a: np.ndarray) -> StepSums:
     s = StepSums(B)
     s.add_records(a)
     return s
 
 
-@pytest.mark.parametrize("which", ["numpy", "compiled"])
-def test_the_sums_are_the_rows_added_left_to_right(which: str, monkeypatch: pytest.MonkeyPatch,
-                                                   request: pytest.FixtureRequest) -> None:
-    if which == "compiled":
-        request.getfixturevalue("compiled")
+def test_the_sums_are_the_rows_added_left_to_right() -> None:
     a = random_records(np.random.default_rng(1), 500)
-    s = folded(which, a, monkeypatch)
+    s = folded(a)
     acc, ic = by_hand(a)
     assert s.acc.tolist() == acc and s.ic.tolist() == ic
 
 
-def test_compiled_and_numpy_agree_bit_for_bit_in_any_chunks(compiled: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_sums_are_the_same_bits_in_any_chunks() -> None:
     rng = np.random.default_rng(2)
     a = random_records(rng, 5000)
-    ref = folded("numpy", a, monkeypatch)
-    monkeypatch.setattr(step_fold, "COMPILED", FOLD)
+    ref = folded(a)
     chunked = StepSums(B)
     cuts = sorted(rng.choice(np.arange(1, 5000), 30, replace=False))
     for x, y in zip([0, *cuts], [*cuts, 5000], strict=True):
@@ -89,7 +76,7 @@ def test_compiled_and_numpy_agree_bit_for_bit_in_any_chunks(compiled: None, monk
     assert chunked.acc.tobytes() == ref.acc.tobytes() and chunked.ic.tolist() == ref.ic.tolist()
 
 
-def test_tuples_fold_as_their_records(compiled: None) -> None:
+def test_tuples_fold_as_their_records() -> None:
     a = random_records(np.random.default_rng(3), 300)
     rows = [tuple(r) for r in a.tolist()]
     whole, parts = StepSums(B), StepSums(B)
@@ -102,7 +89,7 @@ def test_tuples_fold_as_their_records(compiled: None) -> None:
 
 
 @pytest.mark.parametrize("lag", [0, 1])
-def test_a_run_folds_as_its_laid_out_records(compiled: None, lag: int) -> None:
+def test_a_run_folds_as_its_laid_out_records(lag: int) -> None:
     """The run's rows from its arrays, never laid out, give what its records give."""
     rr = a_run(lag, 40, 200, seed=lag)
     pieces = [(rr, 0, 17), (rr, 17, 150), (rr, 150, 200)]
@@ -115,11 +102,9 @@ def test_a_run_folds_as_its_laid_out_records(compiled: None, lag: int) -> None:
         fold_piece(pieces[0], StepSums(32))
 
 
-@pytest.mark.parametrize("which", ["numpy", "compiled"])
-def test_a_log_folds_its_tuples_and_runs_in_step_order(compiled: None, which: str,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """``StepLog.fold_into`` gives the sums of ``take()``'s array: compiled, straight from the
-    tuples and the runs' arrays (no record laid out); else from the records, laid out."""
+def test_a_log_folds_its_tuples_and_runs_in_step_order() -> None:
+    """``StepLog.fold_into`` gives the sums of ``take()``'s array, straight from the tuples and
+    the runs' arrays (no record laid out)."""
     rng = np.random.default_rng(5)
     extra = [tuple(r) for r in random_records(rng, 30).tolist()]
     r1, r2 = a_run(1, 10, 60, seed=1), a_run(0, 90, 40, seed=2)
@@ -138,11 +123,7 @@ def test_a_log_folds_its_tuples_and_runs_in_step_order(compiled: None, which: st
     a, b = StepLog(), StepLog()
     fill(a)
     fill(b)
-    via_take = StepSums(B)
-    if which == "numpy":
-        monkeypatch.setattr(step_fold, "COMPILED", None)
-    via_fold = StepSums(B)
-    assert via_fold.compiled == (which == "compiled")
+    via_take, via_fold = StepSums(B), StepSums(B)
     a.fold_into(via_fold)
     via_take.add_records(b.take())
     assert via_fold.acc.tobytes() == via_take.acc.tobytes() and via_fold.ic.tolist() == via_take.ic.tolist()
@@ -150,7 +131,7 @@ def test_a_log_folds_its_tuples_and_runs_in_step_order(compiled: None, which: st
 
 
 def test_a_summary_only_run_folds_its_runs_unlaid_and_matches_the_in_memory_summary(
-        compiled: None, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from sim.config import make_config
     from sim.engine.fastforward import run_records, runs
     from sim.io import stream
@@ -173,3 +154,33 @@ def test_a_summary_only_run_folds_its_runs_unlaid_and_matches_the_in_memory_summ
     assert (lean.summary.kv_held_slots_peak, lean.summary.sharing_saved_fraction) == \
         (full.summary.kv_held_slots_peak, full.summary.sharing_saved_fraction)
     assert run_records.fold_piece is fold_piece  # (the run module's name was patched, not this one)
+
+
+def test_the_compiled_fold_gives_the_pythons_bits() -> None:
+    """Compiled (Cython, no fused multiply-add) and as Python, the one source folds records,
+    tuples and runs into the same bits (skipped where it was not compiled)."""
+    py = as_python(step_fold)
+    rng = np.random.default_rng(11)
+    a = random_records(rng, 2000)
+    rows = [tuple(r) for r in a.tolist()]
+    rr = a_run(1, 10, 300, seed=4)
+    got = []
+    for mod in (step_fold, py):
+        s = mod.StepSums(B)
+        s.add_records(a[:700])
+        s.add_tuples(rows, 700, 2000)
+        s.add_run(rr.ctx, rr.cum, rr.dts, 0, 300, 1, (3, 5, 1000, 900, 16))
+        got.append((s.acc.tobytes(), s.ic.tolist()))
+    assert got[0] == got[1]
+
+
+def test_bad_arguments_raise() -> None:
+    s = StepSums(B)
+    with pytest.raises(ValueError, match="different lengths"):
+        s.add_columns(np.zeros(3), [np.zeros(3, np.int64)] * 4 + [np.ones(2, np.int64)], np.zeros(3, np.int64))
+    rr = a_run(0, 0, 20, seed=1)
+    with pytest.raises(ValueError, match="out of the run"):
+        s.add_run(rr.ctx, rr.cum, rr.dts, 0, 21, 0, (0, 5, 1000, 900, 16))
+    with pytest.raises(TypeError):
+        s.add_tuples([(0, 0.0, 0.1)], 0, 1)
+    assert s.n == 0

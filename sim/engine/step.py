@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from sim.compiled import compiled
 from sim.cost import StepBatch, StepCostModel
-from sim.cost.bulk import DecodeTime, DecodeTimeArray, decode_step_time, decode_step_times
+from sim.cost.bulk import DecodeTerms, DecodeTime, decode_step_terms, decode_step_time
 from sim.io.records import StepLog
 from sim.kv.base import DecodeBlocks, KvAllocator, LinearBreakdown, MemoryBreakdown
 from sim.request import Request
@@ -74,7 +74,7 @@ class StepKernel:
     #: client sends its next request then (sim/run/clients.py); set, windows land in Python
     on_done: Callable[[list[Request], float], None] | None = None
     _decode: dict[int, DecodeTime] = field(default_factory=dict)  # decoders -> decode_time(...)
-    _decode_arr: dict[int, DecodeTimeArray | None] = field(default_factory=dict)
+    _decode_terms: dict[int, DecodeTerms | None] = field(default_factory=dict)
 
     #: :func:`computed_of`, compiled where built (``_quiet_steps.computed``: no generator a call)
     computed_of = staticmethod(getattr(_C, "computed", computed_of))
@@ -95,11 +95,11 @@ class StepKernel:
             f = self._decode[seqs] = decode_step_time(self.cost, seqs, self.page_size, self.block_bytes)
         return f
 
-    def decode_times(self, seqs: int) -> DecodeTimeArray | None:
-        """:meth:`decode_time` over arrays of counts (None: the cost model has no array form)."""
-        if seqs not in self._decode_arr:
-            self._decode_arr[seqs] = decode_step_times(self.cost, seqs, self.page_size)
-        return self._decode_arr[seqs]
+    def decode_terms(self, seqs: int) -> DecodeTerms | None:
+        """The folded terms :meth:`decode_time` applies (None: the cost model has none)."""
+        if seqs not in self._decode_terms:
+            self._decode_terms[seqs] = decode_step_terms(self.cost, seqs, self.page_size)
+        return self._decode_terms[seqs]
 
     def batch(self, plan: StepPlan) -> StepBatch:
         """Describe the step for the cost model (prefill vs decode work, pages touched)."""

@@ -168,17 +168,10 @@ class StepLog:
 
     def fold_into(self, sums: Any, ends: list[np.ndarray] | None = None) -> None:
         """Fold every record held into ``sums`` (a :class:`~sim.io.step_fold.StepSums`), in step
-        order, and empty the log: tuples and runs straight from what the log holds where the
-        fold is compiled, without laying out a record; else the records, laid out as by
-        :meth:`take`. Either way the same sums (sequential, in step order). ``ends``: also
-        append the step ends (start + duration, in step order), for the API server's egress."""
-        if not sums.compiled:
-            a = self.take()
-            if a is not None:
-                sums.add_records(a)
-                if ends is not None:
-                    ends.append(record_ends(a))
-            return
+        order, and empty the log: tuples and runs straight from what the log holds, without laying
+        out a record (the same sums as :meth:`take`'s array: sequential, in step order).
+        ``ends``: also append the step ends (start + duration, in step order), for the API
+        server's egress."""
         rows, prev = self.rows, 0
         for cut, part in zip(self.cuts, self.parts, strict=True):
             if cut > prev:

@@ -1,71 +1,123 @@
+# cython: boundscheck=False, wraparound=False, cdivision=True
 """The summary's step figures, folded row by row in step order: time-weighted memory shares,
 the held-slots peak and the shared-block fraction (:class:`~sim.io.stream.StepStats`).
 
 Every sum is sequential: each row's terms are added one after another to running totals, in
 step order. A total is therefore the same float however the rows arrive -- one frame, chunks of
-any size, or runs of quiet steps folded straight from their arrays without their records ever
-being laid out (:meth:`StepSums.add_run`; a day on 32 replicas holds 210 M such rows) -- so a
-streamed run and an in-memory one give the same summary bit for bit. (Until 2026-12-04 the
-shares were numpy's pairwise sums per chunk, which depended on the chunk size.)
+any size, tuples, or runs of quiet steps folded straight from their arrays without their records
+ever being laid out (:meth:`StepSums.add_run`; a day on 32 replicas holds 210 M such rows) --
+so a streamed run and an in-memory one give the same summary bit for bit. A row (duration w;
+slots token, reserved, internal, external, free; blocks saved s) adds, in this order
+(:func:`fold_row`)::
 
-Two implementations give the same bits: :func:`fold_numpy`, with ``np.add.accumulate`` (the
-reference), and the compiled ``_step_fold.c`` (optional; built by ``pip install`` where a C
-compiler is, without fused multiply-add). The compiled one runs when it was built and
-``KVSIM_PURE_PYTHON`` is unset.
+    pool = float(token + reserved + internal + external + free)
+    acc[0] += w;  for each category c: share = c / pool; acc[1+c] += share * w; acc[6+c] += share
+    held = token + internal + reserved;  held_peak = max(held_peak, held)
+    acc[11] += s / (s + max(held / B, 1))
+    n += 1
+
+Compiled by Cython where a C compiler is (``step_fold.pxd``: typed memoryviews, C ints and
+doubles, no fused multiply-add; ``setup.py``), else it runs as this Python: the same floats.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import reduce
 from typing import Any
 
 import numpy as np
 
-from sim.compiled import compiled
 from sim.io.results import MEM_CATS
 
 N_CATS = len(MEM_CATS)  # token_state, reserved, internal_frag, external_frag, free
 
 
-COMPILED = compiled("sim.io._step_fold")  # read by each new StepSums (tests set it to compare both)
+def fold_row(acc: np.ndarray, ic: np.ndarray, B: float, w: float, tok: int, res: int, inl: int, ext: int,
+             fre: int, saved: int) -> None:
+    """Add one row to ``acc`` (w, wshare x5, share x5, saved) and ``ic`` (n, held peak)."""
+    pool = float(tok + res + inl + ext + fre)
+    fold_shares(acc, ic, B, w, tok / pool, res / pool, inl / pool, ext / pool, fre / pool, tok + inl + res, saved)
 
 
-def fold_numpy(w: np.ndarray, cats: Sequence[np.ndarray], saved: np.ndarray, acc: np.ndarray, ic: np.ndarray,
-               block_size: int) -> None:
-    """Fold rows into ``acc`` (w, wshare x5, share x5, saved) and ``ic`` (n, held peak), in
-    place: the reference (module docstring; ``_step_fold.c`` spells out the row)."""
+def fold_shares(acc: np.ndarray, ic: np.ndarray, B: float, w: float, s0: float, s1: float, s2: float, s3: float,
+                s4: float, held: int, saved: int) -> None:
+    """:func:`fold_row` from the row's five shares of the pool and its held slots."""
+    acc[0] = acc[0] + w
+    acc[1] = acc[1] + s0 * w
+    acc[6] = acc[6] + s0
+    acc[2] = acc[2] + s1 * w
+    acc[7] = acc[7] + s1
+    acc[3] = acc[3] + s2 * w
+    acc[8] = acc[8] + s2
+    acc[4] = acc[4] + s3 * w
+    acc[9] = acc[9] + s3
+    acc[5] = acc[5] + s4 * w
+    acc[10] = acc[10] + s4
+    if held > ic[1]:
+        ic[1] = held
+    hb = held / B
+    if hb < 1.0:
+        hb = 1.0
+    sv = float(saved)
+    acc[11] = acc[11] + sv / (sv + hb)
+    ic[0] += 1
+
+
+def fold_columns(w: np.ndarray, tok: np.ndarray, res: np.ndarray, inl: np.ndarray, ext: np.ndarray,
+                 fre: np.ndarray, saved: np.ndarray, acc: np.ndarray, ic: np.ndarray, block_size: int) -> None:
+    """Rows from seven equally long 1-D columns (strided views of a record array will do)."""
     n = len(w)
-    if not n:
-        return
+    if not len(tok) == len(res) == len(inl) == len(ext) == len(fre) == len(saved) == n:
+        raise ValueError("step fold: columns of different lengths")
+    B = float(block_size)
+    for i in range(n):
+        fold_row(acc, ic, B, w[i], tok[i], res[i], inl[i], ext[i], fre[i], saved[i])
 
-    def seq(i: int, x: np.ndarray) -> None:  # acc[i] + x[0] + x[1] + ..., left to right
-        buf = np.empty(n + 1)
-        buf[0], buf[1:] = acc[i], x
-        acc[i] = np.add.accumulate(buf)[-1]
 
-    pool = reduce(np.add, cats).astype(np.float64)  # exact int sums, then one conversion
-    seq(0, w)
-    for c, cat in enumerate(cats):
-        share = cat / pool
-        seq(1 + c, share * w)
-        seq(1 + N_CATS + c, share)
-    held = cats[0] + cats[2] + cats[1]  # token + internal + reserved
-    ic[1] = max(int(ic[1]), int(held.max()))
-    seq(11, saved / (saved + np.maximum(held / block_size, 1.0)))
-    ic[0] += n
+def fold_tuples(rows: list[Any], start: int, end: int, acc: np.ndarray, ic: np.ndarray, block_size: int) -> None:
+    """``rows[start:end]``, StepRecord tuples (sim/io/records.py: duration at 2, the five
+    categories at 9..13, blocks saved at 14)."""
+    if start < 0 or end < start or end > len(rows):
+        raise ValueError("step fold: rows out of the list")
+    B = float(block_size)
+    for i in range(start, end):
+        t = rows[i]
+        if len(t) < 15:
+            raise TypeError("step fold: a step record is a tuple of 17 fields")
+        fold_row(acc, ic, B, t[2], t[9], t[10], t[11], t[12], t[13], t[14])
+
+
+def fold_run(ctx: np.ndarray, cum: np.ndarray, dts: np.ndarray, a: int, b: int, lag: int, block_size: int,
+             comp0: int, shared: int, usable: int, free0: int, nulls: int, acc: np.ndarray, ic: np.ndarray) -> None:
+    """Rows ``a .. b-1`` of a run of quiet steps, from its arrays, as
+    :func:`sim.engine.fastforward.run_records.lay_out` would lay them out (see that module)."""
+    if a < 0 or b < a or b > len(ctx) or b > len(cum) or b + 1 - lag > len(dts) or lag not in (0, 1):
+        raise ValueError("step fold: rows out of the run")
+    B = float(block_size)
+    tok0 = -(comp0 + shared * block_size)
+    int0 = (usable - free0 + shared) * block_size + comp0
+    free_slots = free0 * block_size
+    # the pool (the five categories' sum), reserved slots (0) and external ones (nulls) are the same
+    # on every row of a run: their shares are divided once, the floats fold_row divides each row
+    pool = float(tok0 + int0 + nulls + free_slots)
+    s_res, s_ext = 0 / pool, nulls / pool
+    for r in range(a, b):
+        c = ctx[r]
+        cb = cum[r] * block_size
+        tok, inl = tok0 + c, int0 + cb - c
+        fold_shares(acc, ic, B, dts[r + 1 - lag], tok / pool, s_res, inl / pool, s_ext, (free_slots - cb) / pool,
+                    tok + inl, shared)
 
 
 class StepSums:
     """Running totals of the step figures (module docstring)."""
 
-    __slots__ = ("_c", "acc", "block_size", "ic")
+    __slots__ = ("acc", "block_size", "ic")
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.acc = np.zeros(12)
         self.ic = np.zeros(2, np.int64)
-        self._c = COMPILED
 
     @property
     def n(self) -> int:
@@ -73,10 +125,8 @@ class StepSums:
 
     def add_columns(self, w: np.ndarray, cats: Sequence[np.ndarray], saved: np.ndarray) -> None:
         """Rows given as columns: durations, the five slot categories, blocks saved."""
-        if self._c is not None:
-            self._c.fold_columns(w, *cats, saved, self.acc, self.ic, self.block_size)
-        else:
-            fold_numpy(w, cats, saved, self.acc, self.ic, self.block_size)
+        tok, res, inl, ext, fre = cats
+        fold_columns(w, tok, res, inl, ext, fre, saved, self.acc, self.ic, self.block_size)
 
     def add_records(self, a: Any) -> None:
         """Rows of a STEP_DTYPE array or a frame with the step columns."""
@@ -86,25 +136,16 @@ class StepSums:
         self.add_columns(col("duration_s", np.float64), [col(c, np.int64) for c in MEM_CATS],
                          col("shared_blocks_saved", np.int64))
 
-    @property
-    def compiled(self) -> bool:
-        """Whether rows can be folded from tuples and runs' arrays (else from records only)."""
-        return self._c is not None
-
     def add_tuples(self, rows: list[Any], start: int, end: int) -> None:
-        """``rows[start:end]``, tuples in StepRecord's field order (compiled only: see :attr:`compiled`)."""
-        assert self._c is not None
-        self._c.fold_tuples(rows, start, end, self.acc, self.ic, self.block_size)
+        """``rows[start:end]``, tuples in StepRecord's field order."""
+        fold_tuples(rows, start, end, self.acc, self.ic, self.block_size)
 
     def add_run(self, ctx: np.ndarray, cum: np.ndarray, dts: np.ndarray, a: int, b: int, lag: int,
                 consts: tuple[int, int, int, int, int]) -> None:
         """Rows ``a .. b-1`` of a run of quiet steps straight from its arrays (``consts``:
-        comp0, shared, usable, free0, nulls; see :mod:`sim.engine.fastforward.run_records`;
-        compiled only: see :attr:`compiled`)."""
-        assert self._c is not None
+        comp0, shared, usable, free0, nulls; see :mod:`sim.engine.fastforward.run_records`)."""
         comp0, shared, usable, free0, nulls = consts
-        self._c.fold_run(ctx, cum, dts, a, b, lag, self.block_size, comp0, shared, usable, free0, nulls,
-                         self.acc, self.ic)
+        fold_run(ctx, cum, dts, a, b, lag, self.block_size, comp0, shared, usable, free0, nulls, self.acc, self.ic)
 
     def totals(self) -> tuple[float, list[float], list[float], int, float]:
         """w, wshare per category, share per category, held peak, saved (sum)."""

@@ -1,7 +1,6 @@
-/* The free queue's front pop, shared by the two compiled loop modules: _pool_loops.c's pop_front
- * (BlockPool.get_new_blocks) and _table_loops.c's cross (PagedAllocator.cross_boundary, a window
- * step's block boundary in one call). Both do what get_new_blocks' Python loop does; see
- * _pool_loops.c for the contract. Every index is bounds-checked: a bad block id raises
+/* The free queue's front pop for _table_loops.c's cross (PagedAllocator.cross_boundary, a window
+ * step's block boundary in one call) and take: what BlockPool.get_new_blocks' loop does
+ * (sim/kv/block_pool.py). Every index is bounds-checked: a bad block id raises
  * IndexError, never reads memory.
  */
 #ifndef KVSIM_FREE_FRONT_H

@@ -21,8 +21,8 @@
  *
  *   cross(reqs, nxt, prv, head, ref, block_hash, cache, unpub, ahead, block_size, mark, slow) -> evicted
  *       A window step's block boundary in one call (PagedAllocator.cross_boundary): the pops of
- *       BlockPool.get_new_blocks(len(reqs)) from the free queue's front (pop_front in
- *       _pool_loops.c, on the pool's lists; `unpub` the UNPUBLISHED mark), append_each(reqs,
+ *       BlockPool.get_new_blocks(len(reqs)) from the free queue's front (its loop, on the pool's
+ *       lists; `unpub` the UNPUBLISHED mark), append_each(reqs,
  *       those blocks), then, unless ahead is None, register_decoded(reqs, ahead, block_size,
  *       block_hash, mark, slow). Returns the evictions; the caller takes len(reqs) off the
  *       queue's size and counts them. The appends and registrations go request by request

@@ -18,20 +18,17 @@ such a block ``UNPUBLISHED`` in ``block_hash`` instead of entering it in the map
 (:meth:`BlockPool.cache_block`) when its request is freed before it finishes. It counts as
 hashed everywhere (free order, evictions); a request that finishes never pays for the map.
 
-Compiled loops: :meth:`BlockPool.get_new_blocks`, :meth:`BlockPool.release` and :meth:`BlockPool.touch` walk their blocks
-in ``sim/kv/_pool_loops.c`` when that extension was built (``pip install`` builds it when a C
-compiler is there; it is optional). It does what the Python loops below do, on the same lists,
-block for block; those loops stay the reference, and ``KVSIM_PURE_PYTHON=1`` selects them.
+Compiled: this module and :mod:`sim.kv.free_queue` are compiled by Cython from this source
+where a C compiler is (``setup.py``; ``block_pool.pxd`` types the pool's lists and the loops'
+locals), and run as they are where not. Where a loop writes ``i = b``, ``i`` is the block id as a
+C index (converted once) and ``b`` the id object the lists keep: in Python the two are one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
-from sim.compiled import compiled
 from sim.kv.free_queue import FreeQueue
-
-LOOPS = compiled("sim.kv._pool_loops")  # read by each new pool (tests set it to compare both)
 
 FREE_ORDERS = ("front-tail", "tail", "stack")
 UNPUBLISHED = -(1 << 62)  # block_hash of a hashed block not in the map (no key reaches it; module docstring)
@@ -78,10 +75,6 @@ class BlockPool:
         self.shared_excess = 0                     # sum over blocks of max(ref - 1, 0)
         self.evictions = 0
         self.observed = False  # its operations are wrapped to be logged (sim/sweep/derive.py): call them
-        # the compiled loops as plain functions (copied and pickled by name, unlike a module)
-        self._pop_front: Callable[..., tuple[list[int], int]] | None = getattr(LOOPS, "pop_front", None)
-        self._release: Callable[..., tuple[int, int]] | None = getattr(LOOPS, "release", None)
-        self._touch: Callable[..., tuple[int, int]] | None = getattr(LOOPS, "touch", None)
         self.free_queue = FreeQueue(num_blocks, range(1 if null_block else 0, num_blocks))
 
     # ---- prefix-cache map ---------------------------------------------------------------------
@@ -128,11 +121,6 @@ class BlockPool:
         fq = self.free_queue
         nxt, head = fq._next, fq._head
         ref, bh, cache, dups = self.ref, self.block_hash, self.cache, self.dups
-        if self._pop_front is not None and not dups:  # the loop below, compiled (`del` by the map's own)
-            popped, evicted = self._pop_front(nxt, fq._prev, head, ref, bh, cache, n, UNPUBLISHED)
-            fq.size -= n
-            self.evictions += evicted
-            return popped
         out: list[int] = []
         add = out.append
         b = nxt[head]
@@ -148,14 +136,15 @@ class BlockPool:
             evicted, unpub = 0, UNPUBLISHED
             for _ in range(n):
                 add(b)
-                key = bh[b]
+                i = b  # (an index: compiled, the id converted once)
+                key = bh[i]
                 if key is not None:  # _evict without duplicates, inlined
                     if key is not unpub:
                         del cache[key]
-                    bh[b] = None
+                    bh[i] = None
                     evicted += 1
-                ref[b] = 1
-                b = nxt[b]
+                ref[i] = 1
+                b = nxt[i]
             self.evictions += evicted
         nxt[head] = b
         fq._prev[b] = head
@@ -182,17 +171,13 @@ class BlockPool:
     def touch(self, blocks: Iterable[int]) -> None:
         """Take one more reference on each block (a hit on a free block unlinks it)."""
         ref, fq = self.ref, self.free_queue
-        if self._touch is not None:  # the loop below, compiled
-            unlinked, shared = self._touch(blocks, ref, fq._next, fq._prev)
-            fq.size -= unlinked
-            self.shared_excess += shared
-            return
         for b in blocks:
-            if ref[b] == 0:
+            i = b  # (an index: compiled, the id converted once)
+            if ref[i] == 0:
                 fq.remove(b)
             else:
                 self.shared_excess += 1
-            ref[b] += 1
+            ref[i] += 1
 
     def num_free_among(self, blocks: Sequence[int]) -> int:
         """How many of ``blocks`` sit in the free queue (ref count 0)."""
@@ -202,12 +187,6 @@ class BlockPool:
         """Drop one reference on each block of a table (tail first; see the module docstring)."""
         ref, bh, fq = self.ref, self.block_hash, self.free_queue
         split = self.free_order == "front-tail"
-        if self._release is not None:  # the loop below, compiled
-            shared, n_freed = self._release(table, ref, bh, fq._next, fq._prev, fq._head, fq._tail,
-                                            not self.stack, split)
-            fq.size += n_freed
-            self.shared_excess -= shared
-            return
         front: list[int] = []
         to_front = front.append
         # blocks for the tail are linked there as they come (FreeQueue.append_n, inlined); the
@@ -215,19 +194,21 @@ class BlockPool:
         # does not matter, even on an empty queue)
         nxt, prv, end = fq._next, fq._prev, fq._tail
         last, shared, n_tail = prv[end], 0, 0
+        li = last  # (indices: compiled, each id converted once; the lists keep the id objects)
         for b in (table if self.stack else reversed(table)):
-            r = ref[b] - 1
-            ref[b] = r
+            i = b
+            r = ref[i] - 1
+            ref[i] = r
             if r > 0:
                 shared += 1
-            elif split and bh[b] is None:
+            elif split and bh[i] is None:
                 to_front(b)
             else:
-                nxt[last] = b
-                prv[b] = last
-                last = b
+                nxt[li] = b
+                prv[i] = last
+                last, li = b, i
                 n_tail += 1
-        nxt[last], prv[end] = end, last
+        nxt[li], prv[end] = end, last
         fq.size += n_tail
         self.shared_excess -= shared
         fq.prepend_n(front)

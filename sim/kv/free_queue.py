@@ -6,6 +6,9 @@ id; ``head``/``tail`` sentinels are the extra ids N and N+1::
 
     head <-> 3 <-> 4 <-> ... <-> 10 <-> 2 <-> 1 <-> tail
              ^ allocation pops here          appends go here ^
+
+Compiled by Cython from this source where a C compiler is (``free_queue.pxd``, ``setup.py``),
+with the block pool that walks its links (:mod:`sim.kv.block_pool`).
 """
 
 from __future__ import annotations
@@ -14,8 +17,6 @@ from collections.abc import Iterable
 
 
 class FreeQueue:
-    __slots__ = ("_head", "_next", "_prev", "_tail", "size")
-
     def __init__(self, num_blocks: int, initial: Iterable[int]) -> None:
         self._head, self._tail = num_blocks, num_blocks + 1
         self._next = [-1] * (num_blocks + 2)
@@ -39,7 +40,8 @@ class FreeQueue:
 
     def remove(self, b: int) -> None:
         nxt, prv = self._next, self._prev
-        p, n = prv[b], nxt[b]
+        i = b  # (an index: compiled, the id converted once)
+        p, n = prv[i], nxt[i]
         nxt[p], prv[n] = n, p
         self.size -= 1
 

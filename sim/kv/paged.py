@@ -75,8 +75,8 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         # tail / stack free orders (vllm-v1-legacy, paper-v0)
         self.lazy_unique = enable_caching and free_order == "front-tail" and not exact_fill
         self._bind_table_loops()  # the per-request loops, compiled (sim/kv/_table_loops.c), or None
-        if self.pool._pop_front is None or self.pool.stack:
-            self._cross = self._take = None  # their pops are get_new_blocks' compiled ones, or not made so
+        if self.pool.stack:
+            self._cross = self._take = None  # their pops are the front's, not paper-v0's stack order
         self.fresh_args = self._fresh_args()
 
     def connect(self, connector: KvConnector) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from sim.compiled import compiled
 from sim.cost.batch import StepBatch
-from sim.cost.bulk import DecodeTerms, folds_decode_terms
+from sim.cost.bulk import folds_decode_terms
 from sim.engine.fastforward.decoders import nearest
 from sim.engine.fastforward.steps import NO_PLAN, new_batch
 from sim.engine.step import StepKernel
@@ -60,7 +60,8 @@ class QuietSteps:
         k, gap, last = self.k, self.run_gap, 0
         if gap >= 0:  # the window asks for a run at s1 <= last (fin's keys stay as they are), held True
             last = int(min(nearest(self.fin, self.ends) - gap, ROOM))
-        terms: DecodeTerms = getattr(k.decode_times(decoders), "terms")  # noqa: B009 (bind checked it)
+        terms = k.decode_terms(decoders)
+        assert terms is not None  # (bind checked it)
         first = (p_batch.prefill_tokens, p_batch.num_decode_seqs, p_plan.num_preempted, p_plan.swap_out_blocks,
                  p_plan.swap_in_blocks)  # the first record's fields from the step before (lag 1)
         n, t, pages, dt, p_dt, p_start, busy, due, qnw, head, held = self.steps(

@@ -169,8 +169,8 @@ class QuietRuns:
     def _build(self, s: int, t: float, decoders: int, c0_sum: int, pages: int, fin: dict[int, Any], due: float,
                na: float, p_start: float, p_dt: float, key: tuple[Any, ...]) -> bool:
         k = self.k
-        times = k.decode_times(decoders)
-        if times is None:
+        terms = k.decode_terms(decoders)
+        if terms is None:
             return False
         dt1 = k.decode_time(decoders)(c0_sum + decoders * (s + 1), pages)
         to_due = (due - (p_start if self.lag else t)) / dt1  # steps, at most (dt grows along a run)
@@ -195,7 +195,7 @@ class QuietRuns:
             if H < MIN_RUN:
                 return False
         _, _, qnw, nrun, shared = key
-        cum, ctx, dts, ends, busy = lay_out_run(H, B, firsts, decoders, c0_sum + decoders * s, pages, times,
+        cum, ctx, dts, ends, busy = lay_out_run(H, B, firsts, decoders, c0_sum + decoders * s, pages, terms,
                                                 p_dt, p_start, t, k.busy_s, self.lag)
         self.rows = RunRows(RunShape(k.step, self.lag, B, F0, self.usable, self.nulls, decoders, qnw, nrun,
                                      shared), ends, dts, ctx, cum)  # records: run_records.py

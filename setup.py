@@ -1,0 +1,55 @@
+"""The compiled extensions (metadata and everything else: pyproject.toml). All optional: without a
+C compiler (or Cython) ``pip install`` still succeeds and the modules run as Python.
+
+- Cython (issue 51: one implementation): the modules in ``CYTHON`` are compiled from their own
+  ``.py`` source, typed by the ``.pxd`` beside it; the same ``.py`` runs as plain Python where
+  nothing was built, or with ``KVSIM_PURE_PYTHON`` set (:mod:`sim.compiled`). ``KVSIM_NO_CYTHON``
+  (any non-empty value) at build time leaves them uncompiled.
+- Hand-written C twins of Python code, until issue 51 replaces them too.
+
+No fused multiply-add where floats are summed or timed (``-ffp-contract=off``): every float is
+the one Python computes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from setuptools import Extension, setup
+
+NO_FMA = ["-ffp-contract=off"]
+CYTHON = ["sim.cost.decode_time", "sim.io.step_fold", "sim.engine.fastforward.run_layout", "sim.kv.free_queue",
+          "sim.kv.block_pool"]
+DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": True, "embedsignature": True}
+
+
+def c_twins() -> list[Extension]:
+    def ext(name: str, depends: tuple[str, ...] = (), args: list[str] | None = None) -> Extension:
+        src = name.replace(".", "/") + ".c"
+        return Extension(name, [src], depends=[f"sim/{d}" for d in depends], extra_compile_args=args or [],
+                         optional=True)
+
+    return [
+        ext("sim.kv._table_loops", ("kv/_free_front.h", "_slot_attr.h", "_margin_note.h")),
+        ext("sim.io._records", ("_slot_attr.h",)),
+        ext("sim.engine.fastforward._quiet_steps", ("engine/fastforward/_decode_time.h", "_slot_attr.h"), NO_FMA),
+        ext("sim.sched._admit", ("_slot_attr.h", "_margin_note.h")),
+    ]
+
+
+def cythonized() -> list[Extension]:
+    if os.environ.get("KVSIM_NO_CYTHON"):
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:  # (a build without pyproject's build requirements): the .py runs as is
+        print("setup.py: Cython not found; its modules stay Python")
+        return []
+    exts = [Extension(m, [m.replace(".", "/") + ".py"], extra_compile_args=NO_FMA) for m in CYTHON]
+    out = cythonize(exts, compiler_directives=DIRECTIVES, build_dir="build/cython", quiet=True)
+    for e in out:
+        e.optional = True  # (cythonize does not carry it over)
+    return out
+
+
+setup(ext_modules=[*c_twins(), *cythonized()])

@@ -1,0 +1,27 @@
+# Cython declarations for block_pool.py (compiled where a C compiler is: setup.py). The map and
+# its duplicates stay plain objects: a KV-events map is a dict subclass that logs its own
+# deletes (sim/cluster/events.py), which a typed dict's C calls would bypass. Block ids stay
+# the lists' own int objects; ``i`` is one as a C index (the module docstring).
+cimport cython
+
+from sim.kv.free_queue cimport FreeQueue
+
+
+cdef class BlockPool:
+    cdef dict __dict__  # (instances take attributes: sim/sweep/derive.py wraps their methods)
+    cdef public Py_ssize_t num_blocks, null_block, usable_blocks, shared_excess, evictions
+    cdef public object free_order, cache, dups
+    cdef public bint stack, observed
+    cdef public list ref, block_hash
+    cdef public FreeQueue free_queue
+
+    @cython.locals(fq=FreeQueue, nxt=list, ref=list, bh=list, out=list, i=Py_ssize_t, evicted=Py_ssize_t,
+                   popped=list)
+    cpdef list get_new_blocks(self, Py_ssize_t n)
+    @cython.locals(fq=FreeQueue, nxt=list)
+    cpdef object pop_one(self)
+    @cython.locals(ref=list, fq=FreeQueue, i=Py_ssize_t)
+    cpdef touch(self, object blocks)
+    @cython.locals(ref=list, bh=list, fq=FreeQueue, split=bint, front=list, nxt=list, prv=list,
+                   shared=Py_ssize_t, n_tail=Py_ssize_t, r=Py_ssize_t, i=Py_ssize_t, li=Py_ssize_t)
+    cpdef release(self, list table)
