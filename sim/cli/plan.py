@@ -167,7 +167,7 @@ def register(app: typer.Typer) -> None:
         args = dict(locals())
         _check(args)
         load = o.load_of(request_rate, burstiness, bench, rate_scale is not None or target_qps is not None)
-        clients = closed_clients(max_concurrency, bench, load)
+        clients, client_rate = closed_clients(max_concurrency, bench, load)
         slo = build_slo({k.removeprefix("slo_"): v for k, v in args.items() if k.startswith("slo_")}, attainment)
         gpus = _list(gpu, str, "--gpu")
         for g in gpus:
@@ -203,7 +203,7 @@ def register(app: typer.Typer) -> None:
             peak_window_s=peak_window, bucket_s=bucket, cold_start_s=cold_start,
             price_point=price_point,  # type: ignore[arg-type]
             validate=validate, backend=backend, workers=workers, address=address, splits=splits, raise_seqs=raise_seqs,
-            max_concurrency=clients)
+            max_concurrency=clients, client_rate=client_rate)
         from sim.fleet.provenance import sha256, versions
         from sim.fleet.report import write_bundle
         from workloads.load import workload_of

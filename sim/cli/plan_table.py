@@ -14,23 +14,22 @@ from sim.fleet.planner import Plan
 from workloads.load import Load
 
 
-def closed_clients(flag: int | None, bench: VllmBench | None, load: Load) -> int | None:
-    """N of ``--max-concurrency`` (the flag, else a pasted bench line's), or None: open loop. Its
-    clients send back to back (``--request-rate inf``); a finite rate besides is refused."""
+def closed_clients(flag: int | None, bench: VllmBench | None, load: Load) -> tuple[int | None, float | None]:
+    """(N of ``--max-concurrency``: the flag, else a pasted bench line's; None: open loop, and
+    the finite ``--request-rate`` its clients also keep to, as vLLM's do; None: back to back)."""
     n = flag if flag is not None else bench.max_concurrency if bench is not None else None
     if n is None:
-        return None
+        return None, None
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"--max-concurrency {n!r}: must be a whole number >= 1")
-    if load.request_rate is not None and not math.isinf(load.request_rate):
-        raise ConfigError("not modelled yet: plan --max-concurrency with a finite --request-rate (a closed-loop "
-                          "plan sends back to back, as --request-rate inf): give one")
-    return n
+    rate = load.request_rate
+    return n, rate if rate is not None and not math.isinf(rate) else None
 
 
 def rich_table(plan: Plan) -> Table:
     d = plan.demand
-    load = f"{d.clients} clients (closed loop)" if d.clients else f"peak {d.peak_qps:.1f} QPS (mean {d.mean_qps:.1f})"
+    rate = "" if d.mean_qps != d.mean_qps else f", {d.mean_qps:.1f} req/s"
+    load = f"{d.clients} clients (closed loop{rate})" if d.clients else f"peak {d.peak_qps:.1f} QPS (mean {d.mean_qps:.1f})"
     t = Table(title=f"kvsim plan | {load} | {plan.spec.slo.describe()}")
     widest = max((len(k) for v in plan.table.get("knobs", ()) for k in str(v).split()), default=8)
     unit = "unit" if "shape" in plan.table and (plan.table["shape"] != "unified").any() else "replica"  # xPyD: groups

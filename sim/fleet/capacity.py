@@ -55,6 +55,7 @@ class SearchSpec:
     warmup: float = WARMUP
     seed: int = 0
     clients: bool = False   # search whole numbers of clients, not rates (sim/fleet/clients_plan.py)
+    client_rate: float = 0.0   # ... each keeping to this rate (--request-rate / N); 0: back to back
 
 
 @dataclass(frozen=True, slots=True)

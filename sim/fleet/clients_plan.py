@@ -9,7 +9,9 @@ as :func:`sim.fleet.capacity.search_seed` does rates), and sizes the fleet as
 (least-outstanding-tokens, kv-aware) gives each of R replicas about N / R of them.
 
 The trace gives the requests' shapes, in order; its times are not used: every client sends back
-to back (``--request-rate inf``, vLLM's default). A probe with ``c`` clients judges the SLO on
+to back (``--request-rate inf``, vLLM's default). With a finite ``--request-rate R`` a request
+waits for both its time (drawn at R) and a free client, as in vLLM; a probe of ``c`` clients
+then draws its window at ``R x c / N``, the share of the load one of ``N / c`` replicas gets. A probe with ``c`` clients judges the SLO on
 the requests sent while all ``c`` were busy: the first ``max(c, warmup share)`` (the opening
 burst of ``c`` sends) and the last ``c - 1`` (the drain, with fewer clients left) are left out.
 The throughput a replica gives at its capacity (requests per second over the judged requests'
@@ -41,7 +43,7 @@ from sim.fleet.candidate import Candidate
 from sim.fleet.capacity import Probe, SearchSpec, _metrics, _quantile
 from sim.fleet.spec import Demand, PlanSpec
 from sim.fleet.validate import ValidateTask
-from sim.fleet.workload import to_trace
+from sim.fleet.workload import at_qps, mean_rate, to_trace
 from sim.fleet.xpyd import cluster_for
 from sim.fleet.xpyd_plan import as_fleet
 from sim.run.clients import ClientSpec
@@ -52,22 +54,24 @@ UNVALIDATED = ("not validated: a closed loop behind a fleet's API servers is not
                "(--api-server-count 0 validates without them)")
 
 
-def closed_demand(df: pd.DataFrame, clients: int) -> tuple[pd.DataFrame, Demand]:
-    """The trace as N clients send it (every time 0: back to back) and its demand."""
-    sent = df.assign(arrival_s=0.0)
-    return sent, Demand(mean_qps=math.nan, peak_qps=math.nan, scale=1.0,
+def closed_demand(df: pd.DataFrame, clients: int, rate: float | None = None) -> tuple[pd.DataFrame, Demand]:
+    """The trace as N clients send it (every time 0: back to back; or its times, drawn at
+    ``rate``) and its demand."""
+    sent = df if rate else df.assign(arrival_s=0.0)
+    mean = mean_rate(sent["arrival_s"].to_numpy(np.float64)) if rate else math.nan
+    return sent, Demand(mean_qps=mean, peak_qps=math.nan, scale=1.0,
                         mean_output_tokens=float(df["output_tokens"].mean()),
                         mean_total_tokens=float((df["output_tokens"] + df["prompt_tokens"]).mean()),
                         duration_s=0.0, clients=clients)
 
 
-def client_search(slo_spec: SearchSpec, clients: int, window: int) -> SearchSpec:
+def client_search(slo_spec: SearchSpec, clients: int, window: int, rate: float | None = None) -> SearchSpec:
     """The search over clients: from N down (a replica that takes all N ends the search), at
     most a quarter of a window so that a probe's judged share stays at half of it or more."""
     top = max(1, min(clients, int(window * slo_spec.keep) // 4))
     return SearchSpec(slo=slo_spec.slo, base=slo_spec.base, q_start=float(top), q_min=1.0, q_max=float(top),
                       iters=slo_spec.iters, window=window, keep=slo_spec.keep, warmup=slo_spec.warmup,
-                      seed=slo_spec.seed, clients=True)
+                      seed=slo_spec.seed, clients=True, client_rate=rate / clients if rate else 0.0)
 
 
 def steady(req: pd.DataFrame, c: int, warmup: float) -> pd.DataFrame:
@@ -91,7 +95,8 @@ def probe_clients(cand: Candidate, spec: SearchSpec, window: pd.DataFrame, q: fl
     t0 = time.perf_counter()
     c = int(q)
     cfg = cand.config(spec.base)
-    res = simulate(cfg, to_trace(window.assign(arrival_s=0.0), "<window>"), clients=ClientSpec(c))
+    sent = at_qps(window, spec.client_rate * c) if spec.client_rate else window.assign(arrival_s=0.0)
+    res = simulate(cfg, to_trace(sent, "<window>"), clients=ClientSpec(c))
     req = steady(res.requests, c, spec.warmup)
     ev = evaluate(req, spec.slo)
     b = static_parts(cfg)[1]
@@ -156,8 +161,9 @@ def capacity_sentence(b: pd.Series, word: str) -> str:
 
 def demand_line(d: Demand) -> str:
     """The plan.md load sentence of a closed loop."""
-    return (f"Load: {d.clients} clients sending back to back (closed loop, `--max-concurrency {d.clients}`; "
-            "the trace's request shapes in order, not its times); $/1M tokens at N x the per-client rate "
+    how = "back to back" if d.mean_qps != d.mean_qps else f"at most {d.mean_qps:.2f} req/s (--request-rate)"
+    return (f"Load: {d.clients} clients sending {how} (closed loop, `--max-concurrency {d.clients}`; "
+            "the trace's request shapes in order); $/1M tokens at N x the per-client rate "
             "measured at a replica's capacity (at least the fleet's).")
 
 

@@ -89,7 +89,7 @@ def measure_demand(df: pd.DataFrame, spec: PlanSpec) -> tuple[pd.DataFrame, Dema
     """Scale the trace (``--rate-scale`` or ``--target-qps``) and measure mean and peak QPS;
     or, for N clients, the trace as they send it (:func:`sim.fleet.clients_plan.closed_demand`)."""
     if spec.max_concurrency is not None:
-        return closed_demand(df, spec.max_concurrency)
+        return closed_demand(df, spec.max_concurrency, spec.client_rate)
     rate0 = mean_rate(df["arrival_s"].to_numpy(np.float64))
     scale = spec.target_qps / rate0 if spec.target_qps else spec.rate_scale
     scaled = scale_rate(df, scale)
@@ -107,7 +107,7 @@ def capacities(spec: PlanSpec, cands: list[Candidate], scaled: pd.DataFrame, dem
                         q_min=demand.peak_qps / 256, q_max=demand.peak_qps * 256, iters=spec.iters,
                         window=spec.window, seed=spec.seed)
     if demand.clients:
-        search = client_search(search, demand.clients, spec.window)
+        search = client_search(search, demand.clients, spec.window, spec.client_rate)
     tasks = [(c, search, r) for c in cands for r in range(spec.replications)]
     if not tasks:
         return []

@@ -43,6 +43,7 @@ class PlanSpec:
     splits: list[Split] = field(default_factory=list)   # xPyD groups searched beside unified replicas
     raise_seqs: bool = False   # also search 2x max_num_seqs where the cap binds (fleet/tuning.py)
     max_concurrency: int | None = None   # a closed loop of N clients (sim/fleet/clients_plan.py)
+    client_rate: float | None = None     # ... that also keep to --request-rate (the trace's times drawn at it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class Demand:
     mean_output_tokens: float
     mean_total_tokens: float
     duration_s: float
-    clients: int = 0           # a closed loop's N clients (rates then NaN); 0: open loop
+    clients: int = 0           # a closed loop's N clients (rates NaN, or its --request-rate); 0: open loop
 
     @property
     def load(self) -> float:

@@ -95,8 +95,10 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
 
 
 def closed_rate(demand: Demand, cap: CapacityEstimate) -> float:
-    """A closed loop's fleet throughput, at least: N clients at the per-client rate measured at a
-    replica's capacity (:mod:`sim.fleet.clients_plan`)."""
+    """A closed loop's fleet throughput, at least: its --request-rate (met, as the SLO passed), or
+    N clients at the per-client rate measured at a replica's capacity (:mod:`sim.fleet.clients_plan`)."""
+    if demand.mean_qps == demand.mean_qps:
+        return demand.mean_qps
     return demand.clients * cap.at_capacity.get("throughput_rps", math.nan) / cap.qps if cap.qps > 0 else math.nan
 
 
