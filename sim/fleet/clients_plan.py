@@ -161,10 +161,12 @@ def capacity_sentence(b: pd.Series, word: str) -> str:
 
 def demand_line(d: Demand) -> str:
     """The plan.md load sentence of a closed loop."""
-    how = "back to back" if d.mean_qps != d.mean_qps else f"at most {d.mean_qps:.2f} req/s (--request-rate)"
+    if d.mean_qps == d.mean_qps:
+        how, cost = f"at most {d.mean_qps:.2f} req/s (--request-rate)", "that rate"
+    else:
+        how, cost = "back to back", "N x the per-client rate measured at a replica's capacity (at least the fleet's)"
     return (f"Load: {d.clients} clients sending {how} (closed loop, `--max-concurrency {d.clients}`; "
-            "the trace's request shapes in order); $/1M tokens at N x the per-client rate "
-            "measured at a replica's capacity (at least the fleet's).")
+            f"the trace's request shapes in order); $/1M tokens at {cost}.")
 
 
 METHOD = ("- Per-replica capacity: bisection over whole numbers of clients (closed loop; at most a quarter of a "
