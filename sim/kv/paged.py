@@ -117,7 +117,8 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         t = req.kv
         held = (0 if t is None else len(t.blocks)) + len(hits)
         hit_free = self.pool.num_free_among(hits) if hits else 0
-        return max(-(-num_tokens // self.block_size) - held, 0) + hit_free  # cdiv, inlined
+        need = -(-num_tokens // self.block_size) - held  # cdiv, inlined
+        return (need if need > 0 else 0) + hit_free  # (max(): a builtin call, every waiting pass)
 
     def can_allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
                      *, reserve: int = 0) -> int:
@@ -129,7 +130,9 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         t = req.kv
         held = (0 if t is None else len(t.blocks)) + nhit
         slots = req.num_computed_tokens + nhit * self.block_size + num_new_tokens
-        need = max(-(-slots // self.block_size) - held, 0)  # cdiv, inlined
+        need = -(-slots // self.block_size) - held  # cdiv, inlined
+        if need < 0:
+            need = 0
         hit_free = self.pool.num_free_among(hits) if nhit else 0
         if not self._margin.note(self.pool.free_queue.size - need - hit_free - reserve):
             return -1
