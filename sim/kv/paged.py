@@ -37,7 +37,6 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
     one-group :class:`~sim.kv.manager.KvCacheManager`, its arithmetic inlined; what enters the
     prefix cache, and when, is :class:`~sim.kv.paged_prefix.PrefixRegistration`'s."""
 
-    plain_admission = True  # its admission arithmetic is KvAllocator's plain case (a subclass: not said)
     #: its methods are these: the fused and compiled calls that stand in for them (``fresh_args``,
     #: ``_take``, ``_cross``, ``cross_call``, the per-request loops) may be taken (a subclass: not said)
     plain_methods = True
@@ -47,9 +46,8 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         ``register_decoded_blocks`` ...), and a fused call would go past it: every such path is
         off, with or without a C compiler, unless the subclass sets the flag in its own body."""
         super().__init_subclass__(**kw)
-        for gate in ("plain_admission", "plain_methods"):
-            if gate not in vars(cls):
-                setattr(cls, gate, False)
+        if "plain_methods" not in vars(cls):
+            cls.plain_methods = False
 
     def __init__(
         self,
@@ -181,7 +179,7 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         """Itself; None (exact steps, ``sim/run/build.py``) for a subclass that counts blocks
         its own way: fast-forward does its decoders' allocations from the pool's counts."""
         cls = type(self)
-        plain = cls.plain_admission or all(getattr(cls, m) is getattr(PagedAllocator, m) for m in _COUNTING)
+        plain = cls.plain_methods or all(getattr(cls, m) is getattr(PagedAllocator, m) for m in _COUNTING)
         return self if plain else None
 
     def append_block(self, reqs: list[Request]) -> None:
