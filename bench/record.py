@@ -37,11 +37,9 @@ def compiled_switches() -> list[tuple[str, Any, str, Any]]:
     from sim.engine.fastforward import decoders, quiet_steps, steps
     from sim.io import records, results
     from sim.kv import paged_prefix
-    from sim.sched import waiting_pass
 
     plain = [("tables", paged_prefix, "TABLE_LOOPS"), ("records", records, "FILL"),
-             ("columns", results, "GATHER"), ("quiet_steps", quiet_steps, "COMPILED"), ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH"),
-             ("admit", waiting_pass, "PLAIN")]
+             ("columns", results, "GATHER"), ("quiet_steps", quiet_steps, "COMPILED"), ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH")]
     return [*((n, m, a, None) for n, m, a in plain), ("leave", decoders, "leave_all", decoders._leave_all),
             ("computed", step.StepKernel, "computed_of", staticmethod(step.computed_of))]
 
@@ -52,9 +50,10 @@ def cython_modules() -> list[tuple[str, Any]]:
     from sim.engine.fastforward import run_layout
     from sim.io import step_fold
     from sim.kv import block_pool, free_queue
+    from sim.sched import waiting_pass
 
     return [("pool", block_pool), ("free_queue", free_queue), ("step_fold", step_fold), ("run_layout", run_layout),
-            ("decode_time", decode_time)]
+            ("decode_time", decode_time), ("admit", waiting_pass)]
 
 
 def compiled_loops() -> list[str]:

@@ -5,7 +5,8 @@ blocks its own way (``can_allocate``) or hand them out its own way (``append_blo
 ``register_decoded_blocks``). The calls that stand in for those methods on the base class --
 the compiled ``fresh_args``, ``_take``, ``_cross`` and per-request loops, and fast-forward's
 block counts done inline -- must never go past an override; else a subclass's answer would
-depend on whether a C compiler was there at install.
+depend on whether a C compiler was there at install. The waiting pass, compiled by Cython or
+not, asks the allocator through its methods: a subclass that refuses is refused either way.
 
 Each check runs both ways: compiled (this process, the extensions as built; skipped, with the
 reason, where they were not) and pure Python (``paged_prefix.TABLE_LOOPS`` set to None, or a
@@ -28,7 +29,7 @@ import pytest
 from sim.kv import paged_prefix
 from sim.kv.paged import PagedAllocator
 from sim.request import Request
-from tests.helpers import REPO, conv_slice, req, require_built, table_loops
+from tests.helpers import REPO, as_python, conv_slice, req, require_built, table_loops
 
 HELD_BACK = 9
 
@@ -57,7 +58,6 @@ class Counting(PagedAllocator):
 class SaysPlain(PagedAllocator):
     """A subclass that opts in: its methods and arithmetic are the base class's."""
 
-    plain_admission = True
     plain_methods = True
 
 
@@ -96,10 +96,12 @@ def pure_python(runs: list[tuple[str, str, bool]], tmp: Path) -> list[Any]:
 
 def require_compiled() -> None:
     """Skip, with the reason, where this process runs the pure-Python paths."""
+    from sim.compiled import is_compiled
     from sim.sched import waiting_pass
 
     require_built(paged_prefix.TABLE_LOOPS, "sim/kv/_table_loops.c")
-    require_built(waiting_pass.PLAIN, "sim/sched/_admit.c")
+    if not is_compiled(waiting_pass):
+        pytest.skip("sim/sched/waiting_pass.py is not compiled here (no build, or KVSIM_PURE_PYTHON set)")
 
 
 def loops(monkeypatch: pytest.MonkeyPatch, which: str) -> None:
@@ -122,7 +124,7 @@ def test_a_subclass_gets_no_compiled_call_unless_it_says_its_methods_are_plain(
     assert all(fused(PagedAllocator(20, 4))) and all(fused(SaysPlain(20, 4)))
     for cls in (Holding, Counting):
         assert not any(fused(cls(20, 4))), cls.__name__
-        assert not cls.plain_admission and not cls.plain_methods
+        assert not cls.plain_methods
 
 
 @pytest.mark.parametrize("which", ["compiled", "python"])
@@ -142,6 +144,39 @@ def test_an_allocator_that_holds_back_9_blocks_is_refused_either_way(which: str,
         assert kv.num_held_blocks(grows) == (12 if admits else 4)
         assert kv.num_free_blocks == kv.usable_blocks - kv.num_held_blocks(grows)
         kv.check([grows])
+
+
+def waiting_passes() -> list[Any]:
+    """The waiting pass as this process runs it, and its source as Python where it is compiled."""
+    from sim.compiled import is_compiled
+    from sim.sched import waiting_pass
+
+    return [waiting_pass, as_python(waiting_pass)] if is_compiled(waiting_pass) else [waiting_pass]
+
+
+@pytest.mark.parametrize("which", ["compiled", "python"])
+def test_the_waiting_pass_admits_what_the_allocator_allows_and_the_holding_one_refuses(
+        which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler asks the allocator (``allocate``, through ``can_allocate``): 19 usable blocks,
+    one running request holding 1, a head of 12 -- the base class admits it, the subclass that
+    holds back 9 refuses it, in the waiting pass compiled by Cython and in its source as Python."""
+    from sim.sched.plan import StepPlan
+    from sim.sched.scheduler import Scheduler
+
+    loops(monkeypatch, which)
+    for mod in waiting_passes():
+        for cls, admits in ((PagedAllocator, True), (Holding, False)):
+            kv = cls(20, 4)
+            sched = Scheduler(kv, max_num_seqs=8, max_num_batched_tokens=1 << 20)
+            sched.add(req(0, 4))
+            sched.admit(StepPlan(), 1 << 20, 0.0, 0)
+            sched.add(req(1, 48))
+            plan = StepPlan()
+            mod.admit(sched, plan, 1 << 20, 1.0, 1)
+            assert [r.uid for r, _ in plan.scheduled] == ([1] if admits else []), (mod.__name__, cls.__name__)
+            assert kv.num_held_blocks(sched.running[-1]) == (12 if admits else 1)
+            assert kv.num_free_blocks == (6 if admits else 18) and len(sched.waiting) == (0 if admits else 1)
+            kv.check(sched.running)
 
 
 def test_a_simulation_on_the_holding_allocator_is_the_same_compiled_and_in_pure_python(tmp_path: Path) -> None:

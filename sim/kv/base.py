@@ -161,16 +161,7 @@ class DecodeBlocks(Protocol):
 
 
 class KvAllocator(Protocol):
-    """A KV pool as the scheduler and the engine see it (see the module docstring).
-
-    Optional, read with ``getattr(kv, "plain_admission", False)``: True where the waiting pass's
-    compiled case (``sim/sched/_admit.c``) may do this pool's admission arithmetic itself -- for
-    a request without prompt content, :meth:`blocks_needed` is ``cdiv(num_tokens, block_size)``
-    less the blocks its table holds, the free blocks are ``pool.free_queue.size`` and each test
-    is noted in :attr:`headroom` -- and call :meth:`allocate` and :meth:`get_computed_blocks`
-    for the rest (or, for a request with no table yet, the compiled call ``allocate`` itself
-    makes, where the pool offers one: ``fresh_args``, see :class:`~sim.kv.paged.PagedAllocator`).
-    """
+    """A KV pool as the scheduler and the engine see it (see the module docstring)."""
 
     num_blocks: int        # blocks in the pool, incl. unusable ones (the null block)
     usable_blocks: int     # blocks that can ever be handed out

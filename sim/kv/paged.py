@@ -37,7 +37,6 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
     one-group :class:`~sim.kv.manager.KvCacheManager`, its arithmetic inlined; what enters the
     prefix cache, and when, is :class:`~sim.kv.paged_prefix.PrefixRegistration`'s."""
 
-    plain_admission = True  # its admission arithmetic is KvAllocator's plain case (a subclass: not said)
     #: its methods are these: the fused and compiled calls that stand in for them (``fresh_args``,
     #: ``_take``, ``_cross``, ``cross_call``, the per-request loops) may be taken (a subclass: not said)
     plain_methods = True
@@ -47,9 +46,8 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         ``register_decoded_blocks`` ...), and a fused call would go past it: every such path is
         off, with or without a C compiler, unless the subclass sets the flag in its own body."""
         super().__init_subclass__(**kw)
-        for gate in ("plain_admission", "plain_methods"):
-            if gate not in vars(cls):
-                setattr(cls, gate, False)
+        if "plain_methods" not in vars(cls):
+            cls.plain_methods = False
 
     def __init__(
         self,
@@ -117,7 +115,8 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         t = req.kv
         held = (0 if t is None else len(t.blocks)) + len(hits)
         hit_free = self.pool.num_free_among(hits) if hits else 0
-        return max(-(-num_tokens // self.block_size) - held, 0) + hit_free  # cdiv, inlined
+        need = -(-num_tokens // self.block_size) - held  # cdiv, inlined
+        return (need if need > 0 else 0) + hit_free  # (max(): a builtin call, every waiting pass)
 
     def can_allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
                      *, reserve: int = 0) -> int:
@@ -129,7 +128,9 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         t = req.kv
         held = (0 if t is None else len(t.blocks)) + nhit
         slots = req.num_computed_tokens + nhit * self.block_size + num_new_tokens
-        need = max(-(-slots // self.block_size) - held, 0)  # cdiv, inlined
+        need = -(-slots // self.block_size) - held  # cdiv, inlined
+        if need < 0:
+            need = 0
         hit_free = self.pool.num_free_among(hits) if nhit else 0
         if not self._margin.note(self.pool.free_queue.size - need - hit_free - reserve):
             return -1
@@ -178,7 +179,7 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         """Itself; None (exact steps, ``sim/run/build.py``) for a subclass that counts blocks
         its own way: fast-forward does its decoders' allocations from the pool's counts."""
         cls = type(self)
-        plain = cls.plain_admission or all(getattr(cls, m) is getattr(PagedAllocator, m) for m in _COUNTING)
+        plain = cls.plain_methods or all(getattr(cls, m) is getattr(PagedAllocator, m) for m in _COUNTING)
         return self if plain else None
 
     def append_block(self, reqs: list[Request]) -> None:

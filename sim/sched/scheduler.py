@@ -43,7 +43,7 @@ class Scheduler:
     plain_hooks = True                 # run, _may_start, _started, finish are these (set per subclass)
 
     def __init_subclass__(cls, **kw: object) -> None:
-        """A subclass that overrides a hook of the waiting pass gets the Python pass only."""
+        """A subclass that overrides a hook gets no compiled finish (``_quiet_steps.c``)."""
         super().__init_subclass__(**kw)
         cls.plain_hooks = all(getattr(cls, m) is getattr(Scheduler, m) for m in ("run", "_may_start", "_started", "finish"))
 

@@ -360,13 +360,13 @@ static SlotCache c_k_kv, c_k_caching, c_pend, c_nct, c_k_sched, c_k_lin, c_k_db,
 
 /* k.finish(done, end) for its plain case (1; 0: not plain, nothing changed: the caller calls it;
  * -1: error): Scheduler.finish with every request of done RUNNING, no KV connector, an allocator
- * that says its arithmetic is plain and a scheduler whose
+ * whose methods are the base class's (plain_methods, sim/kv/paged.py) and a scheduler whose
  * hooks are the base class's (plain_hooks); then StepKernel.finish's finished.extend(done).
  * Per request, in order: kv.free(r) (the allocator's own: a subclass's or a spy's too), then
  * status FINISHED, finish_s = end, finish_step = k.step; then out of running (the one request
  * by identity, several by status), in place. */
 static PyObject *s_num_output, *s_blocks;  /* batch's and leave_all's, below */
-static PyObject *s_plain_hooks, *s_plain_admission, *s_connector, *s_free, *s_status, *s_finish_s, *s_finish_step,
+static PyObject *s_plain_hooks, *s_plain_methods, *s_connector, *s_free, *s_status, *s_finish_s, *s_finish_step,
     *s_finished, *RUNNING, *FINISHED;
 static SlotCache c_f_status, c_f_status_set, c_f_fs, c_f_fstep, c_f_sched, c_f_kkv, c_f_step, c_f_finished, c_f_status2,
     c_f_hooks;
@@ -386,7 +386,7 @@ static int finish_plain(PyObject *k, PyObject *done, PyObject *end) {
     if (sched == NULL) return -1;
     if ((t = attr_true(sched, s_plain_hooks, &c_f_hooks)) <= 0) { rc = t; goto out; }
     if ((kv = slot_get(k, s_kv, &c_f_kkv)) == NULL) goto out;
-    if ((x = PyObject_GetAttr(kv, s_plain_admission)) == NULL) {
+    if ((x = PyObject_GetAttr(kv, s_plain_methods)) == NULL) {
         if (PyErr_ExceptionMatches(PyExc_AttributeError)) { PyErr_Clear(); rc = 0; }
         goto out;
     }
@@ -804,7 +804,7 @@ PyMODINIT_FUNC PyInit__quiet_steps(void) {
         !(s_num_tokens = PyUnicode_InternFromString("num_tokens")) ||
         !(s_blocks = PyUnicode_InternFromString("blocks")) ||
         !(s_plain_hooks = PyUnicode_InternFromString("plain_hooks")) ||
-        !(s_plain_admission = PyUnicode_InternFromString("plain_admission")) ||
+        !(s_plain_methods = PyUnicode_InternFromString("plain_methods")) ||
         !(s_connector = PyUnicode_InternFromString("connector")) ||
         !(s_free = PyUnicode_InternFromString("free")) || !(s_status = PyUnicode_InternFromString("status")) ||
         !(s_finish_s = PyUnicode_InternFromString("finish_s")) ||
