@@ -1,21 +1,16 @@
-"""Step records from tuples, compiled (``sim/io/_records.c``), are ``np.fromiter``'s bytes.
-
-Skipped, with the reason, where the extension was not built.
-"""
+"""Step records from tuples (``sim/io/fill.py``, compiled by Cython where built) are
+``np.fromiter``'s bytes, and the compiled module writes what its own ``.py`` writes as Python."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 
-from sim.io import records
+from sim.io import fill
 from sim.io.records import STEP_DTYPE, StepLog, StepRecord, from_tuples
-from tests.helpers import require_built
-
-
-@pytest.fixture
-def compiled() -> None:
-    require_built(records.FILL, "sim/io/_records.c")
+from tests.helpers import as_python
 
 
 def random_rows(rng: np.random.Generator, n: int) -> list[StepRecord]:
@@ -31,36 +26,41 @@ def random_rows(rng: np.random.Generator, n: int) -> list[StepRecord]:
     return rows
 
 
-def test_the_compiled_fill_writes_fromiters_bytes(compiled: None) -> None:
+def views(a: np.ndarray) -> tuple[memoryview, memoryview]:
+    return a.view(np.int64).data, a.view(np.float64).data
+
+
+def test_the_fill_writes_fromiters_bytes() -> None:
     rows = random_rows(np.random.default_rng(0), 3000)
     ref = np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows))
     assert from_tuples(rows).tobytes() == ref.tobytes()
+    plain = [tuple(r) for r in rows]  # as the engine appends them
+    assert from_tuples(plain).tobytes() == ref.tobytes()
     assert from_tuples([]).shape == (0,)
 
 
-def test_a_log_frames_the_same_rows_either_way(compiled: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_log_frames_the_rows_as_fromiter_does() -> None:
     rows = random_rows(np.random.default_rng(1), 500)
-    frames = []
-    for fill in (records.FILL, None):
-        monkeypatch.setattr(records, "FILL", fill)
-        log = StepLog()
-        for r in rows:
-            log.append(r)
-        frames.append(log.frame())
-    assert frames[0].equals(frames[1])
+    log = StepLog()
+    for r in rows:
+        log.append(r)
+    ref = np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows))
+    assert log.frame().to_records(index=False).tobytes() == ref.tobytes()
 
 
-def test_bad_rows_raise_instead_of_writing_garbage(compiled: None) -> None:
+def test_bad_rows_raise_instead_of_writing_garbage() -> None:
     good = random_rows(np.random.default_rng(2), 3)
     with pytest.raises(TypeError, match="tuple of 17 fields"):
-        from_tuples([*good, (1, 2.0)])
+        from_tuples([*good, (1, 2.0)])  # (a short row)
     with pytest.raises(TypeError):
-        from_tuples([*good, StepRecord(*(["x"] + [0] * 16))])  # type: ignore[arg-type]
+        from_tuples([*good, StepRecord(*(["x"] + [0] * 16))])  # type: ignore[arg-type]  # (a str step)
+    with pytest.raises(TypeError):
+        from_tuples([*good, StepRecord(*([1, 0.0, 0.0, 2.5] + [0] * 13))])  # (a float in an int field)
     with pytest.raises(ValueError, match="need"):
-        records.FILL(good, np.empty(10, np.int64))  # type: ignore[misc]
+        fill.fill_records(good, *views(np.empty(2, STEP_DTYPE)), 0, 3)
 
 
-def test_the_compiled_fill_writes_a_slice_of_the_rows_into_a_slice_of_an_array(compiled: None) -> None:
+def test_the_fill_writes_a_slice_of_the_rows_into_a_slice_of_an_array() -> None:
     rows = random_rows(np.random.default_rng(3), 50)
     out = np.zeros(60, STEP_DTYPE)
     from_tuples(rows, 10, 40, out[5:35])
@@ -68,20 +68,30 @@ def test_the_compiled_fill_writes_a_slice_of_the_rows_into_a_slice_of_an_array(c
     assert out[5:35].tobytes() == ref.tobytes()
     assert not out[:5].view(np.int64).any() and not out[35:].view(np.int64).any(), "nothing written outside"
     with pytest.raises(IndexError, match="rows 10:60 of 50"):
-        records.FILL(rows, np.empty(50 * 17, np.int64), 10, 60)  # type: ignore[misc]
+        fill.fill_records(rows, *views(np.empty(50, STEP_DTYPE)), 10, 60)
     with pytest.raises(ValueError, match="need"):
-        records.FILL(rows, np.empty(17, np.int64), 0, 2)  # type: ignore[misc]
+        fill.fill_records(rows, *views(np.empty(1, STEP_DTYPE)), 0, 2)
 
 
-@pytest.mark.parametrize("fill", ["compiled", "python"])
-def test_a_log_with_runs_between_its_tuples_frames_them_in_order(compiled: None, monkeypatch: pytest.MonkeyPatch,
-                                                                 fill: str) -> None:
+def test_the_compiled_module_writes_what_its_source_writes_as_python() -> None:
+    py = as_python(fill)
+    rows = random_rows(np.random.default_rng(5), 400)
+    got: list[Any] = []
+    for f in (fill, py):
+        a = np.empty(300, STEP_DTYPE)
+        f.fill_records(rows, *views(a), 50, 350)
+        cols = np.empty((len(rows), 3), np.float64)
+        flat = cols.reshape(-1).data
+        f.gather_attrs(rows, ("start_s", "duration_s", "step"), None, flat)
+        got.append((a.tobytes(), cols.tobytes()))
+    assert got[0] == got[1]
+
+
+def test_a_log_with_runs_between_its_tuples_frames_them_in_order() -> None:
     """Tuples, a deferred part, more tuples, two parts, a last tuple: one array, every record in
-    its place (the tuples written straight between the parts), either fill."""
+    its place (the tuples written straight between the parts)."""
     from sim.io.records import concat_steps
 
-    if fill == "python":
-        monkeypatch.setattr(records, "FILL", None)
     rows = random_rows(np.random.default_rng(4), 12)
     as_array = [np.fromiter([r], dtype=STEP_DTYPE, count=1) for r in rows]
     log, order = StepLog(), []

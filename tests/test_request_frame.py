@@ -14,7 +14,7 @@ from sim.io import results
 from sim.io.results import REQUEST_COLUMNS, request_columns, request_frame
 from sim.request import Request, Status
 from sim.run import simulate as sim_run
-from tests.helpers import req, require_built
+from tests.helpers import req
 
 
 def requests_in_every_state() -> list[Request]:
@@ -69,40 +69,38 @@ def test_one_attribute_read_alone_is_a_column_too() -> None:
     assert list(attr_columns(rs, ("finish_step",), int)["finish_step"]) == [20, 21, 22, 23, 24]
 
 
-@pytest.mark.parametrize("path", ["compiled", "python"])
-def test_a_runs_table_is_the_same_with_the_attributes_read_at_their_slots(bundled_trace, monkeypatch: pytest.MonkeyPatch,
-                                                                           path: str) -> None:
-    """``_records.gather_attrs`` (sim/io/_records.c) reads the integer and float attributes of
-    every request; the table is the one ``np.fromiter`` builds, value for value."""
+def test_a_runs_table_holds_each_requests_attributes(bundled_trace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sim.io.fill.gather_attrs`` reads the integer and float attributes of every request; the
+    table holds each request's values as Python reads them, value for value, list or not."""
     from sim.config import make_config
     from sim.run.simulate import simulate
 
-    require_built(results.GATHER, "sim/io/_records.c")
     reqs: list[Request] = []
     monkeypatch.setattr(sim_run, "request_frame", lambda rs: reqs.extend(rs) or request_frame(rs))
     simulate(make_config(model="llama-3.1-8b", gpu="h100", max_num_seqs=8), bundled_trace)
     reqs[3].status, reqs[4].status = Status.REJECTED, Status.RUNNING  # every status (an int enum)
     reqs[5].arrival_s = 7  # an int in a float column
-    if path == "python":
-        ref = request_frame(list(reqs))
-        monkeypatch.setattr(results, "GATHER", None)
-    else:
-        ref = request_frame(tuple(reqs))  # not a list: the Python path
     got = request_frame(reqs)
-    pd.testing.assert_frame_equal(got, ref, check_exact=True)
+    pd.testing.assert_frame_equal(got, request_frame(tuple(reqs)), check_exact=True)
+    for name in ("prompt_tokens", "output_tokens", "num_preemptions", "prefix_hit_tokens", "finish_step"):
+        assert got[name].tolist() == [getattr(r, name) for r in reqs], name
+    assert got["arrival_s"].tolist() == [float(r.arrival_s) for r in reqs]
     assert len(got) == len(bundled_trace.df) and set(got.status) >= {"finished", "rejected", "unfinished"}
 
 
 def test_gathering_an_attribute_that_is_not_a_number_raises() -> None:
-    require_built(results.GATHER, "sim/io/_records.c")
+    from sim.io.fill import gather_attrs
+
     rs = requests_in_every_state()
-    rs[2].arrival_s = "late"  # type: ignore[assignment]
+    rs[2].arrival_s = "late"  # type: ignore[assignment]  # (the wrong kind: the point)
     with pytest.raises(TypeError):
-        results.GATHER(rs, ("arrival_s",), np.empty((5, 1)), True)  # type: ignore[misc]
+        gather_attrs(rs, ("arrival_s",), None, np.empty(5).data)
     with pytest.raises(AttributeError):
-        results.GATHER(rs, ("no_such",), np.empty((5, 1), np.int64), False)  # type: ignore[misc]
+        gather_attrs(rs, ("no_such",), np.empty(5, np.int64).data, None)
     with pytest.raises(ValueError, match="need"):
-        results.GATHER(rs, ("finish_step",), np.empty((4, 1), np.int64), False)  # type: ignore[misc]
+        gather_attrs(rs, ("finish_step",), np.empty(4, np.int64).data, None)
+    with pytest.raises(TypeError, match="int64 or float64"):
+        results.attr_columns(rs, ("finish_step",), np.int32)
     out = np.zeros((5, 2), np.int64)
-    results.GATHER(rs, ("finish_step", "status"), out, False)  # type: ignore[misc]
+    gather_attrs(rs, ("finish_step", "status"), out.reshape(-1).data, None)
     assert out.tolist() == [[r.finish_step, int(r.status)] for r in rs]

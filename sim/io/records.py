@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import islice
 from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from sim.compiled import compiled
+from sim.io.fill import fill_records
 
 
 class StepRecord(NamedTuple):
@@ -44,24 +43,13 @@ STEP_DTYPE = np.dtype([(c, np.float64 if c in _FLOAT else np.int64) for c in STE
 """One step record as a numpy record (``frame`` and :mod:`sim.io.stream` convert with it)."""
 
 
-FILL: Callable[[list[Any], np.ndarray, int, int], None] | None = getattr(compiled("sim.io._records"), "fill_records", None)
-"""The compiled ``_records.fill_records``, or None (:func:`sim.compiled.compiled`); tests set it
-to None to compare both."""
-
-
 def from_tuples(rows: list[Any], start: int = 0, end: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """StepRecord tuples ``rows[start:end]`` as one STEP_DTYPE array (written into ``out``, a
-    contiguous STEP_DTYPE array of that length, where given): ``np.fromiter`` (the reference),
-    or the compiled ``_records.c`` writing the same values in one pass (about 10x faster)."""
+    contiguous STEP_DTYPE array of that length, where given): ``np.fromiter``'s values, in one
+    pass (:func:`sim.io.fill.fill_records`, compiled: about 10x fromiter's speed)."""
     end = len(rows) if end is None else end
-    if FILL is None:
-        a = np.fromiter(islice(rows, start, end), dtype=STEP_DTYPE, count=end - start)
-        if out is None:
-            return a
-        out[...] = a
-        return out
     a = np.empty(end - start, STEP_DTYPE) if out is None else out
-    FILL(rows, a.view(np.int64), start, end)
+    fill_records(rows, a.view(np.int64).data, a.view(np.float64).data, start, end)
     return a
 
 
@@ -144,7 +132,7 @@ class StepLog:
                 self.parts = [parts[0]]  # (laid out)
                 return parts[0]
         if not parts:
-            a = from_tuples(rows)  # one C pass
+            a = from_tuples(rows)  # one pass
         else:  # one array, the tuples written straight into their places between the parts
             a = np.empty(len(rows) + sum(len(p) for p in parts), STEP_DTYPE)
             av, pos, prev = a.view(np.void), 0, 0  # (void views: copied as bytes, not field by field)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from itertools import chain
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from sim.compiled import compiled
+from sim.io.fill import gather_attrs
 from sim.io.rejects import CODES
 from sim.request import Request, Status
 
@@ -27,29 +26,22 @@ FINISH_REASONS = ("stop", "length", "rejected")
 MEM_CATS = ("token_state_slots", "reserved_slots", "internal_frag_slots", "external_frag_slots", "free_slots")
 
 
-GATHER: Callable[[list[Any], tuple[str, ...], np.ndarray, bool], None] | None = getattr(
-    compiled("sim.io._records"), "gather_attrs", None)
-"""The compiled ``_records.gather_attrs`` (the attributes read at their slots), or None
-(:func:`sim.compiled.compiled`); tests set it to None to compare both."""
-
-
 def _column(reqs: Sequence[Request], name: str, dtype: Any) -> np.ndarray:
     """The attribute ``name`` of every request, as one numpy column."""
     return np.fromiter(map(attrgetter(name), reqs), dtype=dtype, count=len(reqs))
 
 
 def attr_columns(reqs: Sequence[Request], names: tuple[str, ...], dtype: Any) -> dict[str, np.ndarray]:
-    """The attributes ``names`` of every request, one contiguous numpy column each, read in one
-    pass (one ``np.fromiter`` over the requests' attribute tuples, not one per column)."""
-    if GATHER is not None and type(reqs) is list and dtype in (np.int64, np.float64):
-        rows = np.empty((len(reqs), len(names)), dtype)
-        GATHER(reqs, names, rows, dtype is np.float64)
-        return dict(zip(names, rows.T.copy(), strict=True))
-    if len(names) == 1:  # attrgetter of one name gives the value, not a 1-tuple
-        return {names[0]: _column(reqs, names[0], dtype)}
-    flat = np.fromiter(chain.from_iterable(map(attrgetter(*names), reqs)), dtype=dtype, count=len(reqs) * len(names))
-    a = flat.reshape(len(reqs), len(names)).T.copy()  # row i: column names[i]
-    return dict(zip(names, a, strict=True))
+    """The attributes ``names`` of every request, one contiguous numpy column each of ``dtype``
+    (int64 or float64), read in one pass (:func:`sim.io.fill.gather_attrs`)."""
+    floats = np.dtype(dtype) == np.float64
+    if not floats and np.dtype(dtype) != np.int64:
+        raise TypeError(f"attr_columns: int64 or float64 columns, not {np.dtype(dtype)}")
+    rows = np.empty((len(reqs), len(names)), np.float64 if floats else np.int64)
+    flat = rows.reshape(-1).data
+    gather_attrs(reqs if type(reqs) is list else list(reqs), tuple(names), None if floats else flat,
+                 flat if floats else None)
+    return dict(zip(names, rows.T.copy(), strict=True))
 
 
 _INTS = ("status", "prompt_tokens", "output_tokens", "first_scheduled_step", "finish_step", "num_preemptions",
