@@ -170,3 +170,14 @@ def test_a_request_rate_besides_n_holds_the_clients_back(tmp_path: Path, plan_di
     assert r["replicas"] == 1 < back_to_back["replicas"]
     assert "at most 2.00 req/s" in (tmp_path / "p" / "plan.md").read_text() or "req/s (--request-rate)" in \
         (tmp_path / "p" / "plan.md").read_text()
+
+
+def test_rows_left_unvalidated_by_choice_do_not_blame_the_api_server(tmp_path: Path) -> None:
+    """Only the best knobs per GPU x TP are replayed; without API servers, the others must not
+    say that API servers kept them from validation."""
+    code, text = kvsim("plan", str(BUNDLED), "--max-concurrency", "16", *SLO, *FAST, "--api-server-count", "0",
+                       "--max-num-seqs", "8,64", "--out", str(tmp_path / "p"))
+    assert code == 0, text
+    t = pd.read_csv(tmp_path / "p" / "plan.csv")
+    assert len(t) == 2 and t["validated"].sum() == 1
+    assert not t["note"].fillna("").str.contains("API servers").any()

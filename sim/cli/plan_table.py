@@ -8,20 +8,18 @@ import pandas as pd
 from rich.table import Table
 
 from sim.config.vllm_bench import VllmBench
-from sim.errors import ConfigError
 from sim.fleet.explain import INFEASIBLE
 from sim.fleet.planner import Plan
+from sim.run.clients import ClientSpec
 from workloads.load import Load
 
 
 def closed_clients(flag: int | None, bench: VllmBench | None, load: Load) -> tuple[int | None, float | None]:
     """(N of ``--max-concurrency``: the flag, else a pasted bench line's; None: open loop, and
     the finite ``--request-rate`` its clients also keep to, as vLLM's do; None: back to back)."""
-    n = flag if flag is not None else bench.max_concurrency if bench is not None else None
+    n = ClientSpec(flag if flag is not None else bench.max_concurrency if bench is not None else None).max_concurrency
     if n is None:
         return None, None
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"--max-concurrency {n!r}: must be a whole number >= 1")
     rate = load.request_rate
     return n, rate if rate is not None and not math.isinf(rate) else None
 

@@ -11,8 +11,8 @@ as :func:`sim.fleet.capacity.search_seed` does rates), and sizes the fleet as
 The trace gives the requests' shapes, in order; its times are not used: every client sends back
 to back (``--request-rate inf``, vLLM's default). With a finite ``--request-rate R`` a request
 waits for both its time (drawn at R) and a free client, as in vLLM; a probe of ``c`` clients
-then draws its window at ``R x c / N``, the share of the load one of ``N / c`` replicas gets. A probe with ``c`` clients judges the SLO on
-the requests sent while all ``c`` were busy: the first ``max(c, warmup share)`` (the opening
+then draws its window at ``R x c / N``, the share of the load one of ``N / c`` replicas gets.
+A probe with ``c`` clients judges the SLO on the requests sent while all ``c`` were busy: the first ``max(c, warmup share)`` (the opening
 burst of ``c`` sends) and the last ``c - 1`` (the drain, with fewer clients left) are left out.
 The throughput a replica gives at its capacity (requests per second over the judged requests'
 finishes) is the table's ``max_qps_per_replica``; per client it can only rise when a fleet
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -124,6 +125,11 @@ def replay_clients(task: ValidateTask, n: int, df: pd.DataFrame) -> tuple[SloEva
     return evaluate(req, task.slo), fleet, time.perf_counter() - t0
 
 
+def unvalidated(demand: Demand, cand: Candidate, base: dict[str, Any]) -> bool:
+    """Whether ``cand``'s fleet cannot be validated: N clients behind its API servers (module
+    docstring; :data:`UNVALIDATED` says why)."""
+    return bool(demand.clients and cand.config(base).api_server_count)
+
 
 def check_clients(spec: PlanSpec, rows: int) -> None:
     """Refuse in one line what a closed-loop plan cannot take (module docstring)."""
@@ -143,8 +149,7 @@ def check_clients(spec: PlanSpec, rows: int) -> None:
 
 def is_closed(row: pd.Series) -> bool:
     """Whether a plan-table row was sized for clients (a closed loop), not a rate."""
-    v = row.get("clients", math.nan)
-    return v is not None and v == v and not pd.isna(v)
+    return bool(pd.notna(row.get("clients", math.nan)))
 
 
 def load_text(row: pd.Series, value: float) -> str:

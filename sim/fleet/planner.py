@@ -42,6 +42,7 @@ from sim.fleet.clients_plan import (
     closed_demand,
     probe_clients,
     replay_clients,
+    unvalidated,
 )
 from sim.fleet.sizing import size
 from sim.fleet.spec import Demand, PlanSpec
@@ -146,7 +147,7 @@ def validate(spec: PlanSpec, caps: list[CapacityEstimate], scaled: pd.DataFrame,
              progress: Progress | None = None) -> dict[Candidate, Validation]:
     tasks = [ValidateTask(c.candidate, spec.base, size(demand.load, c.qps, spec.headroom),
                           spec.slo, spec.router, clients=demand.clients or None) for c in best_per_shape(caps, spec)
-             if not (demand.clients and c.candidate.config(spec.base).api_server_count)]  # (clients_plan.py)
+             if not unvalidated(demand, c.candidate, spec.base)]
     if not tasks:  # no candidate passed at any load: nothing to replay
         return {}
     done = [0]

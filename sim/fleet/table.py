@@ -11,7 +11,7 @@ import pandas as pd
 from sim.fleet import autoscale
 from sim.fleet.breakdown import PARTS
 from sim.fleet.capacity import CapacityEstimate
-from sim.fleet.clients_plan import UNVALIDATED
+from sim.fleet.clients_plan import UNVALIDATED, unvalidated
 from sim.fleet.explain import cost_model_of, infeasible_note
 from sim.fleet.sizing import size
 from sim.fleet.spec import Demand, PlanSpec
@@ -64,7 +64,7 @@ def _row(spec: PlanSpec, demand: Demand, cap: CapacityEstimate, val: Validation 
         notes.append(infeasible)
     if val is not None and not val.passed:
         notes.append(f"routed replay fails at {val.replicas} replicas")
-    if demand.clients and val is None and spec.validate and cap.feasible:
+    if spec.validate and cap.feasible and unvalidated(demand, c, spec.base):
         notes.append(UNVALIDATED)
     if any(s.hit_ceiling for s in cap.seeds):
         notes.append("one replica serves all the clients" if demand.clients and cap.qps >= demand.clients else
