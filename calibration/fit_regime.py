@@ -66,7 +66,7 @@ def regime_block(stages: Sequence[Stage], stack: str, *, window_s: float | None 
         out[k] = {"p5": round(float(np.percentile(x, 5)), 1), "p95": round(float(np.percentile(x, 95)), 1)}
     out["basis"] = (f"5th/95th percentiles pooled over replays of the {len(stages)} fit stages with this profile: "
                     "batch = requests in flight over time, context = prompt + output tokens of each served request, "
-                    "prompt = its prompt tokens")
+                    "prompt = its prompt tokens computed (less its prefix-cache hit)")
     return out
 
 

@@ -9,6 +9,10 @@ The trace (one seeded numpy Generator, :func:`stage_trace`):
   else drawn from the measured quantiles;
 - shared system prompts: each request picks one of ``groups`` prompts; its full blocks are
   Mooncake-style hash ids shared by the group, so vLLM's prefix cache hits them as it did;
+- a finite prompt set (inference-perf's ``shared_prefix``: ``num_groups x num_prompts_per_group``
+  prompts made once, shuffled, then sent in that order again and again): each distinct prompt
+  has one length and one set of blocks, so a repeat hits the whole prompt in the cache (less its
+  last partial block), as vLLM's prefix cache served the benchmark;
 - a stage that drains (``vllm bench serve``, ``Stage.drains``): its own count of prompts, the
   first at once and gamma gaps of shape ``burstiness`` after it (all at once at an infinite
   rate), each request's own lengths when the run saved them; every request is measured, as the
@@ -98,11 +102,10 @@ def stage_trace(st: Stage, rng: np.random.Generator, window_s: float | None = No
         arrival = np.arange(n) / st.rate
     else:
         arrival = np.cumsum(rng.exponential(1.0 / st.rate, n)) - 0.0
+    if st.groups > 0 and st.prompts_per_group > 0:
+        return _cycled_trace(st, rng, arrival, outputs)
     prompt = np.maximum(1, np.rint(_inverse_cdf(st.prompt_q, rng.random(n)))).astype(np.int64)
-    if outputs in ("auto", "requested") and st.ignore_eos and st.requested_output:
-        out = np.full(n, st.requested_output, dtype=np.int64)
-    else:
-        out = np.maximum(1, np.rint(_inverse_cdf(st.output_q, rng.random(n)))).astype(np.int64)
+    out = _outputs(st, rng, n, outputs)
     cols: dict[str, Any] = dict(arrival_s=arrival, prompt_tokens=prompt, output_tokens=out)
     if st.groups > 0 and st.system_prompt_len >= BLOCK:
         grp = rng.integers(0, st.groups, n)
@@ -111,6 +114,33 @@ def stage_trace(st: Stage, rng: np.random.Generator, window_s: float | None = No
                             + [1_000_000 + i * 4_096 + j for j in range(max(0, -(-int(p) // BLOCK) - shared))]
                             for i, (g, p) in enumerate(zip(grp, prompt, strict=True))]
         cols["tokens_per_hash"] = BLOCK
+    return Trace(validate(pd.DataFrame(cols), st.key), st.key, "replay")
+
+
+def _outputs(st: Stage, rng: np.random.Generator, n: int, outputs: str) -> np.ndarray:
+    if outputs in ("auto", "requested") and st.ignore_eos and st.requested_output:
+        return np.full(n, st.requested_output, dtype=np.int64)
+    return np.maximum(1, np.rint(_inverse_cdf(st.output_q, rng.random(n)))).astype(np.int64)
+
+
+def _cycled_trace(st: Stage, rng: np.random.Generator, arrival: np.ndarray, outputs: str) -> Trace:
+    """inference-perf's ``shared_prefix`` set: ``groups x prompts_per_group`` prompts, each a group's
+    system prompt and its own question, made once and shuffled; request i sends prompt i mod K."""
+    k = st.groups * st.prompts_per_group
+    plen = np.maximum(1, np.rint(_inverse_cdf(st.prompt_q, rng.random(k)))).astype(np.int64)
+    order = rng.permutation(k)
+    shared = st.system_prompt_len // BLOCK
+
+    def blocks(j: int) -> list[int]:
+        n_blk, g = -(-int(plen[j]) // BLOCK), j // st.prompts_per_group
+        return [g * 1_000 + b for b in range(min(shared, n_blk))] + \
+            [1_000_000 + j * 4_096 + b for b in range(max(0, n_blk - shared))]
+
+    ids = [blocks(j) for j in range(k)]
+    sent = order[np.arange(len(arrival)) % k]
+    cols: dict[str, Any] = dict(arrival_s=arrival, prompt_tokens=plen[sent],
+                                output_tokens=_outputs(st, rng, len(arrival), outputs),
+                                hash_ids=[ids[j] for j in sent], tokens_per_hash=BLOCK)
     return Trace(validate(pd.DataFrame(cols), st.key), st.key, "replay")
 
 

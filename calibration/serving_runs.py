@@ -54,6 +54,7 @@ class Stage:
     ignore_eos: bool
     groups: int                                  # shared system prompts (0: none)
     system_prompt_len: int
+    prompts_per_group: int = 0                   # distinct prompts per group, sent in a cycle (0: all unique)
     engine: dict[str, int] = field(default_factory=dict)  # max_num_batched_tokens, max_num_seqs, max_model_len
     e2e_mean: float = math.nan
     ttft_mean: float = math.nan
@@ -129,7 +130,8 @@ def _experiments(doc: dict[str, Any], path: Path, gpu: str) -> list[Stage]:
                     output_q=_quantiles(s.get("output_len"), f"{w}.output_len"),
                     requested_output=int(sp["output_len"]) if sp.get("output_len") else None,
                     ignore_eos=bool(e.get("ignore_eos", False)), groups=int(sp.get("num_groups", 0)),
-                    system_prompt_len=int(sp.get("system_prompt_len", 0)), engine=engine,
+                    system_prompt_len=int(sp.get("system_prompt_len", 0)),
+                    prompts_per_group=int(sp.get("num_prompts_per_group", 0)), engine=engine,
                     e2e_mean=float(s["e2e"]["mean"]), ttft_mean=float(s["ttft"]["mean"]),
                     served_rate=float((s.get("throughput") or {}).get("requests_per_sec", math.nan)),
                     workload=str(e.get("workload", ""))))

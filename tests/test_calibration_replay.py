@@ -48,6 +48,30 @@ def test_the_replayed_trace_follows_the_stage(stages) -> None:  # type: ignore[n
     assert df["prompt_tokens"].tolist() == again["prompt_tokens"].tolist()         # seeded
 
 
+def test_the_benchmark_s_finite_prompt_set_is_sent_in_a_cycle(stages) -> None:  # type: ignore[no-untyped-def]
+    """inference-perf made groups x prompts_per_group prompts once and sent them again and again:
+    a repeat is the same prompt (length and blocks), so vLLM's prefix cache served it whole."""
+    s = next(x for x in stages if x.model == "codellama-34b" and x.rate == 5.0)
+    assert (s.groups, s.prompts_per_group) == (10, 10)
+    df = stage_trace(s, np.random.default_rng(0), window_s=60).df
+    k = s.groups * s.prompts_per_group
+    ids = [tuple(h) for h in df["hash_ids"]]
+    assert len(set(ids)) == k and all(ids[i] == ids[i + k] for i in range(len(ids) - k))
+    assert df["prompt_tokens"].iloc[:k].tolist() == df["prompt_tokens"].iloc[k:2 * k].tolist()
+    assert len({i[:6] for i in ids}) == s.groups                                     # 6 blocks of system prompt
+    from dataclasses import replace
+    unique = stage_trace(replace(s, prompts_per_group=0), np.random.default_rng(0), window_s=60).df
+    assert len({tuple(h) for h in unique["hash_ids"]}) == len(unique)               # the old reading: all unique
+
+
+def test_a_cycled_prompt_set_is_served_from_the_prefix_cache(stages) -> None:  # type: ignore[no-untyped-def]
+    s = next(x for x in stages if x.model == "codellama-34b" and x.rate == 5.0)
+    from dataclasses import replace
+    cyc, uniq = replay(s, "vllm-v1", window_s=40), replay(replace(s, prompts_per_group=0), "vllm-v1", window_s=40)
+    assert cyc.ttft_mean < uniq.ttft_mean                                            # no prefill to compute
+    assert cyc.ttft_mean > 0.5 * s.ttft_mean                                         # but a step, and the API server
+
+
 def test_the_committed_v1_stack_reproduces_a_measured_stage(stages) -> None:  # type: ignore[no-untyped-def]
     s = stages[0]
     r = replay(s, "vllm-v1", window_s=30)

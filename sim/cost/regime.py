@@ -2,8 +2,8 @@
 
 A stack fitted end to end (``calibration/era_fit.py``) is only "fitted" where its stages' replays
 went: the GPU, the TP degrees, dense or MoE models, and the ranges of batch size (requests in
-flight over time), context (prompt + output tokens of a request) and prompt length those replays covered
-(their 5th to 95th percentiles, the ``regime:`` block of ``calibration/data/stacks.yaml``). After
+flight over time), context (prompt + output tokens of a request) and prompt tokens computed (less
+a prefix-cache hit) those replays covered (their 5th to 95th percentiles, the ``regime:`` block of ``calibration/data/stacks.yaml``). After
 a run, :func:`check_run` compares the run's own 95th percentiles against the fitted upper edges
 and says what was extrapolated and how far. Only the upper edge is checked: below it a step is
 dominated by reading the weights once, which the kernel basis measures directly; above it the
@@ -112,11 +112,14 @@ def running(req: pd.DataFrame, samples: int = 4096) -> np.ndarray:
 
 
 def run_quantities(req: pd.DataFrame) -> dict[str, np.ndarray]:
-    """The regime's quantities of one run: the batch over time, and context and prompt per served request."""
+    """The regime's quantities of one run: the batch over time, and per served request its context
+    and its prompt tokens computed (a prefix-cache hit is not prefill work: a stack fitted on
+    cached prompts has not seen long prefills, and a run of uncached ones must say so)."""
     done = req[req["status"] == "finished"] if "status" in req else req
     prompt = done["prompt_tokens"].to_numpy(dtype=float)
+    hit = done["prefix_hit_tokens"].to_numpy(dtype=float) if "prefix_hit_tokens" in done else 0.0
     return {"batch": running(req), "context": prompt + done["output_tokens"].to_numpy(dtype=float),
-            "prompt": prompt}
+            "prompt": prompt - hit}
 
 
 def _unwrap(cost: Any) -> Any:
@@ -141,12 +144,13 @@ class RunRegime:
     report: dict[str, Any]                  # summary.json's ``cost_regime``
     band_e2e: tuple[float, float]
     band_ttft: tuple[float, float]
+    band_step: tuple[float, float] | None = None  # the stack's step band as this run earned it (None: the basis's)
 
 
 def run_regime(cost: Any, static_basis: str, req: pd.DataFrame) -> RunRegime:
     """The run's verdict: ``fitted`` only where the cost model's own basis is fitted (GPU, TP,
     dense) and the run's batch, context and prompt p95s are inside the fitted regime; else
-    ``extrapolated``, naming each quantity and how far. The E2E and TTFT bands are the stack's
+    ``extrapolated``, naming each quantity and how far. The step, E2E and TTFT bands are the stack's
     held-out pairs, widened (its ``_extrapolated`` pair) outside the regime. No regime recorded
     (another cost model, or a stack without an end-to-end fit): an empty report."""
     cal = _unwrap(cost)
@@ -165,4 +169,4 @@ def run_regime(cost: Any, static_basis: str, req: pd.DataFrame) -> RunRegime:
     report = {"basis": "fitted" if fitted else "extrapolated", "detail": detail, "outside": list(chk.outside),
               "run_p95": {k: round(v, 1) for k, v in chk.observed},
               "fitted_p95": {k: r.upper(k) for k in QUANTITIES}}
-    return RunRegime(report, _pair(stack.band_e2e, fitted), _pair(stack.band_ttft, fitted))
+    return RunRegime(report, _pair(stack.band_e2e, fitted), _pair(stack.band_ttft, fitted), _pair(stack.band, fitted))

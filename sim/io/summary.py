@@ -217,7 +217,7 @@ def summarize(cfg: SimConfig, budget: KvBudget, cost: StepCostModel, req: pd.Dat
     run_basis = reg.report.get("basis") or basis.basis  # fitted only inside the fitted regime
     detail = basis.detail if run_basis == basis.basis else f"{basis.detail}; this run: {reg.report['detail']}"
     return Summary(
-        cost_basis=run_basis, cost_basis_detail=detail, cost_band=basis.band,
+        cost_basis=run_basis, cost_basis_detail=detail, cost_band=reg.band_step or basis.band,
         cost_regime=reg.report, cost_band_e2e=reg.band_e2e, cost_band_ttft=reg.band_ttft,
         config=config, config_defaults=defaults, cost_model=cost.name, num_gpu_blocks=budget.num_gpu_blocks,
         budget=budget.as_dict(), num_requests=len(req), num_finished=len(done),
