@@ -71,6 +71,10 @@ def fit_vllm_v1(root: Path = RUNS, *, window_s: float | None = 150.0, stages: li
     with tempfile.TemporaryDirectory() as tmp:
         prof = write_profile(Path(tmp) / "v1.yaml", "vllm-v1", entry)
         entry["regime"] = regime_block([s for s in stages if not s.overloaded], str(prof), window_s=window_s)
+        bare = write_profile(Path(tmp) / "bare.yaml", "vllm-v1-bare", no_fit(entry))
+        for row, s in zip(rows, [r.stage for r in fit.results], strict=True):
+            r = replay(s, str(bare), window_s=window_s)
+            row["e2e_nofit_s"], row["ttft_nofit_s"] = round(r.e2e_mean, 4), round(r.ttft_mean, 5)
         if over:
             entry["overloaded"] = []
             for s in over:
@@ -81,6 +85,15 @@ def fit_vllm_v1(root: Path = RUNS, *, window_s: float | None = 150.0, stages: li
                     "measured_e2e_s": round(s.e2e_mean, 2), "sim_overloaded": bool(r.overloaded),
                     "sim_queue_wait_last_quarter_s": round(r.wait_last_s, 2)})
     return entry, fit
+
+
+def no_fit(entry: dict[str, Any]) -> dict[str, Any]:
+    """The stack with nothing taken from its source: the kernel tables at multiplier 1 and no stack
+    overheads (the API server keeps its priors). Its replays are the leave-one-source-out check."""
+    out = {**entry, "coef": {**entry["coef"], "eta_tok": 1.0, "eta_attn": 1.0, "per_seq_s": 0.0, "prefill_s": 0.0,
+                             "prefill_n2_s": 0.0},
+           "by_tp": {t: {**v, "eta": 1.0, "cpu_s": 0.0} for t, v in entry["by_tp"].items()}}
+    return out
 
 
 def fit_vllm_06(rows: pd.DataFrame | None = None) -> tuple[dict[str, Any], pd.DataFrame]:

@@ -31,6 +31,12 @@ def v1_tables(s: dict[str, Any]) -> list[str]:
     out += ["", f"Median |error| over the {len(rows)} stages: E2E {med(fe):.1f}% fitted, {med(he):.1f}% held out "
                 f"(max {max(fe):.1f}% / {max(he):.1f}%); TTFT {med(ft):.1f}% fitted, {med(ht):.1f}% held out "
                 f"(max {max(ft):.1f}% / {max(ht):.1f}%)."]
+    if all("e2e_nofit_s" in r for r in rows):
+        ne = [abs(r["e2e_nofit_s"] / r["e2e_measured_s"] - 1) * 100 for r in rows]
+        nt = [abs(r["ttft_nofit_s"] / r["ttft_measured_s"] - 1) * 100 for r in rows]
+        out += ["", f"Leave the source out (nothing fitted on it: the kernel tables at multiplier 1, no stack "
+                    f"overheads, the API server's priors): median |error| E2E {med(ne):.1f}% (max {max(ne):.1f}%), "
+                    f"TTFT {med(nt):.1f}% (max {max(nt):.1f}%)."]
     over = s.get("overloaded") or []
     if over:
         out += ["", "| overloaded stage | sent | failed (measured) | served / offered req/s (measured) | "

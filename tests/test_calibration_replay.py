@@ -124,3 +124,25 @@ def test_calibrate_check_reads_a_vllm_bench_serve_result(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match=r"not experiments\.json"):
         (tmp_path / "x.json").write_text("{}")
         read_results(tmp_path / "x.json", model="llama-2-7b")
+
+
+def test_the_source_left_out_check_uses_nothing_fitted_on_the_source() -> None:
+    """The no-fit stack (the leave-one-source-out check) keeps the kernel tables at multiplier 1
+    and drops every stack overhead; the committed fit records its replay of every stage."""
+    import yaml
+
+    from calibration.era_fit import no_fit
+    from calibration.era_report import v1_tables
+    from sim.cost.stack import STACKS_PATH
+
+    v1 = yaml.safe_load(STACKS_PATH.read_text())["stacks"]["vllm-v1"]
+    bare = no_fit(v1)
+    assert all(bare["coef"][k] == 1.0 for k in ("eta_tok", "eta_attn"))
+    assert all(bare["coef"][k] == 0.0 for k in ("per_seq_s", "prefill_s", "prefill_n2_s"))
+    assert all(t["eta"] == 1.0 and t["cpu_s"] == 0.0 for t in bare["by_tp"].values())
+    assert v1["by_tp"] != bare["by_tp"] or v1["coef"] != bare["coef"]                # the fitted one differs
+    rows = v1["stages"]
+    assert rows and all(r["e2e_nofit_s"] > 0 and r["ttft_nofit_s"] > 0 for r in rows)
+    line = next(x for x in v1_tables(v1) if x.startswith("Leave the source out"))
+    med = sorted(abs(r["e2e_nofit_s"] / r["e2e_measured_s"] - 1) for r in rows)[len(rows) // 2]
+    assert f"E2E {100 * med:.1f}%" in line
