@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from statistics import median as med
 from typing import Any
 
 
@@ -27,7 +28,6 @@ def v1_tables(s: dict[str, Any]) -> list[str]:
     he = [abs(r["e2e_heldout_s"] / r["e2e_measured_s"] - 1) * 100 for r in rows]
     ft = [abs(r["ttft_fitted_s"] / r["ttft_measured_s"] - 1) * 100 for r in rows]
     ht = [abs(r["ttft_heldout_s"] / r["ttft_measured_s"] - 1) * 100 for r in rows]
-    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     out += ["", f"Median |error| over the {len(rows)} stages: E2E {med(fe):.1f}% fitted, {med(he):.1f}% held out "
                 f"(max {max(fe):.1f}% / {max(he):.1f}%); TTFT {med(ft):.1f}% fitted, {med(ht):.1f}% held out "
                 f"(max {max(ft):.1f}% / {max(ht):.1f}%)."]
@@ -37,6 +37,7 @@ def v1_tables(s: dict[str, Any]) -> list[str]:
         out += ["", f"Leave the source out (nothing fitted on it: the kernel tables at multiplier 1, no stack "
                     f"overheads, the API server's priors): median |error| E2E {med(ne):.1f}% (max {max(ne):.1f}%), "
                     f"TTFT {med(nt):.1f}% (max {max(nt):.1f}%)."]
+    out += _v1_regimes(s)
     over = s.get("overloaded") or []
     if over:
         out += ["", "| overloaded stage | sent | failed (measured) | served / offered req/s (measured) | "
@@ -45,6 +46,31 @@ def v1_tables(s: dict[str, Any]) -> list[str]:
             out.append(f"| {o['stage'].split('-', 2)[-1]} | {o['sent']} | {o['measured_failures']} | "
                        f"{o['measured_served_rate']:.2f} / {o['rate']:g} | {'yes' if o['sim_overloaded'] else 'no'} | "
                        f"{o['sim_queue_wait_last_quarter_s']:.1f} s |")
+    return out
+
+
+def _v1_regimes(s: dict[str, Any]) -> list[str]:
+    """Per regime: the held-out and no-fit median |E2E| and |TTFT| errors, and how many held-out
+    stages fell inside the stack's E2E band (coverage)."""
+    rows, band = s["stages"], s.get("band_e2e") or {}
+    if not band or not all("e2e_nofit_s" in r for r in rows):
+        return []
+    lo, hi = band["optimistic"], band["pessimistic"]
+    groups = {"low load (<= 10 req/s)": [r for r in rows if r["rate"] <= 10],
+              "high load (20 req/s)": [r for r in rows if r["rate"] > 10],
+              "TP 1": [r for r in rows if r["tp"] == 1], "TP > 1": [r for r in rows if r["tp"] > 1]}
+    out = ["", f"By regime (E2E band {100 * lo:+.1f}% / {100 * hi:+.1f}%; long uncached prompts and MoE: no "
+               "vllm-v1 data, see vllm-0.6 below):", "",
+           "| regime | stages | E2E held out | E2E no fit | TTFT held out | TTFT no fit | E2E band coverage |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, g in groups.items():
+        if not g:
+            continue
+        err = {k: [abs(r[f"{k}_s"] / r[f"{k.split('_')[0]}_measured_s"] - 1) * 100 for r in g]
+               for k in ("e2e_heldout", "e2e_nofit", "ttft_heldout", "ttft_nofit")}
+        inside = sum(lo <= r["e2e_measured_s"] / r["e2e_heldout_s"] - 1 <= hi for r in g)
+        out.append(f"| {name} | {len(g)} | {med(err['e2e_heldout']):.1f}% | {med(err['e2e_nofit']):.1f}% | "
+                   f"{med(err['ttft_heldout']):.1f}% | {med(err['ttft_nofit']):.1f}% | {inside} / {len(g)} |")
     return out
 
 
