@@ -1,10 +1,10 @@
-"""The compiled loops read and write slotted attributes at their slots (``sim/_slot_attr.h``) and
-behave as ``getattr``/``setattr`` would: a type changed after a first read, a type with its own
-``__getattribute__`` or ``__setattr__``, a subclass, an unset slot.
+"""The allocator's loops (``sim/kv/table_loops.py``, compiled by Cython or not) read and write a
+request's and a table's attributes as ``getattr``/``setattr`` would: a type changed after a first
+read, a type with its own ``__getattribute__`` or ``__setattr__``, a subclass, an unset slot.
 
-Tested through ``_table_loops.register_decoded`` (it reads ``kv``, ``num_computed_tokens`` and
+Tested through ``table_loops.register_decoded`` (it reads ``kv``, ``num_computed_tokens`` and
 ``content`` of a request, ``blocks`` and ``num_registered`` of its table, and writes
-``num_registered``), on stand-in classes. Skipped, with the reason, where it was not built.
+``num_registered``), on stand-in classes.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from sim.kv import table_loops
 from sim.kv.block_pool import UNPUBLISHED
-from tests.helpers import table_loops
 
 B = 4
 
@@ -36,8 +36,7 @@ class Req:
 def mark(reqs: list[Any], bh: list[Any], slow: Any = None) -> list[tuple[Any, int]]:
     """register_decoded on ``reqs`` (ahead 0); returns the slow calls it made."""
     calls: list[tuple[Any, int]] = []
-    loops = table_loops("compiled")
-    loops.register_decoded(reqs, 0, B, bh, UNPUBLISHED, slow or (lambda r, upto: calls.append((r, upto))))
+    table_loops.register_decoded(reqs, 0, B, bh, UNPUBLISHED, slow or (lambda r, upto: calls.append((r, upto))))
     return calls
 
 
@@ -59,7 +58,7 @@ def test_a_type_changed_after_a_read_is_read_as_changed(monkeypatch: pytest.Monk
         return Req(t, computed)
 
     bh: list[Any] = [None] * 4
-    mark([fresh(4)], bh)  # the slots' offsets remembered for T2
+    mark([fresh(4)], bh)  # T2's slots read once
     assert bh[1] is UNPUBLISHED
     writes: list[int] = []
     slot = T2.num_registered  # the member descriptor
