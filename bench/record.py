@@ -47,12 +47,13 @@ def cython_modules() -> list[tuple[str, Any]]:
     from sim.cost import decode_time
     from sim.engine.fastforward import run_layout
     from sim.io import fill, step_fold
-    from sim.kv import block_pool, free_queue, margin, table_loops
+    from sim.kv import block_pool, block_table, free_queue, margin, table_loops
     from sim.sched import waiting_pass
 
     return [("pool", block_pool), ("free_queue", free_queue), ("step_fold", step_fold), ("run_layout", run_layout),
             ("decode_time", decode_time), ("admit", waiting_pass), ("fill", fill),
-            ("tables", table_loops), ("margin", margin)]
+            ("tables", table_loops), ("margin", margin),
+            ("block_table", block_table)]
 
 
 def compiled_loops() -> list[str]:
