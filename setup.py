@@ -19,7 +19,8 @@ from setuptools import Extension, setup
 
 NO_FMA = ["-ffp-contract=off"]
 CYTHON = ["sim.cost.decode_time", "sim.io.step_fold", "sim.io.fill", "sim.engine.fastforward.run_layout",
-          "sim.kv.free_queue", "sim.kv.block_pool", "sim.sched.waiting_pass"]
+          "sim.kv.free_queue", "sim.kv.block_pool", "sim.kv.block_table", "sim.kv.margin", "sim.kv.table_loops",
+          "sim.sched.waiting_pass"]
 DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": True, "embedsignature": True}
 
 
@@ -30,7 +31,6 @@ def c_twins() -> list[Extension]:
                          optional=True)
 
     return [
-        ext("sim.kv._table_loops", ("kv/_free_front.h", "_slot_attr.h", "_margin_note.h")),
         ext("sim.engine.fastforward._quiet_steps", ("engine/fastforward/_decode_time.h", "_slot_attr.h"), NO_FMA),
     ]
 

@@ -35,9 +35,8 @@ def compiled_switches() -> list[tuple[str, Any, str, Any]]:
     (:func:`cython_modules`) have no switch: a process runs them compiled or not."""
     from sim.engine import step
     from sim.engine.fastforward import decoders, quiet_steps, steps
-    from sim.kv import paged_prefix
 
-    plain = [("tables", paged_prefix, "TABLE_LOOPS"), ("quiet_steps", quiet_steps, "COMPILED"),
+    plain = [("quiet_steps", quiet_steps, "COMPILED"),
              ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH")]
     return [*((n, m, a, None) for n, m, a in plain), ("leave", decoders, "leave_all", decoders._leave_all),
             ("computed", step.StepKernel, "computed_of", staticmethod(step.computed_of))]
@@ -48,11 +47,13 @@ def cython_modules() -> list[tuple[str, Any]]:
     from sim.cost import decode_time
     from sim.engine.fastforward import run_layout
     from sim.io import fill, step_fold
-    from sim.kv import block_pool, free_queue
+    from sim.kv import block_pool, block_table, free_queue, margin, table_loops
     from sim.sched import waiting_pass
 
     return [("pool", block_pool), ("free_queue", free_queue), ("step_fold", step_fold), ("run_layout", run_layout),
-            ("decode_time", decode_time), ("admit", waiting_pass), ("fill", fill)]
+            ("decode_time", decode_time), ("admit", waiting_pass), ("fill", fill),
+            ("tables", table_loops), ("margin", margin),
+            ("block_table", block_table)]
 
 
 def compiled_loops() -> list[str]:

@@ -6,7 +6,6 @@
 - :func:`conv_slice`                    the bundled Azure conv slice's first requests, arrivals sped up
 - :func:`optional_data`                 a large optional file under ``KVSIM_DATA``, or a skip
 - :func:`bench_module`                  a script of ``bench/``, imported as a module
-- :func:`table_loops`                   the paged allocator's per-request loops: pure Python or compiled
 - :func:`require_built`                 skip, with the reason, where a compiled loop is not in use
 - :func:`as_python`                     a Cython-compiled module, imported once more from its .py
 - :func:`same_either_way`               a simulation with a compiled loop and with its Python: identical
@@ -61,18 +60,6 @@ def as_python(module: ModuleType) -> ModuleType:
     out = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(out)
     return out
-
-
-def table_loops(which: str) -> ModuleType | None:
-    """``paged_prefix.TABLE_LOOPS`` for ``which`` ("python": None; "compiled": the extension, or a
-    skip with the reason where it was not built)."""
-    if which == "python":
-        return None
-    try:
-        from sim.kv import _table_loops  # type: ignore[attr-defined]
-    except ImportError:
-        require_built(None, "sim/kv/_table_loops.c")
-    return _table_loops
 
 
 def same_either_way(monkeypatch: pytest.MonkeyPatch, switch: tuple[ModuleType, str],

@@ -3,14 +3,14 @@
 ``PagedAllocator`` is the contract's extension point (``sim/kv/base.py``): a subclass may count
 blocks its own way (``can_allocate``) or hand them out its own way (``append_block``,
 ``register_decoded_blocks``). The calls that stand in for those methods on the base class --
-the compiled ``fresh_args``, ``_take``, ``_cross`` and per-request loops, and fast-forward's
-block counts done inline -- must never go past an override; else a subclass's answer would
-depend on whether a C compiler was there at install. The waiting pass, compiled by Cython or
-not, asks the allocator through its methods: a subclass that refuses is refused either way.
+``allocate``'s and ``cross_boundary``'s one calls (``sim/kv/table_loops.py``: ``grow``,
+``cross``), and fast-forward's block counts done inline -- must never go past an override,
+compiled by Cython or not. The waiting pass, compiled or not, asks the allocator through its
+methods: a subclass that refuses is refused either way.
 
-Each check runs both ways: compiled (this process, the extensions as built; skipped, with the
-reason, where they were not) and pure Python (``paged_prefix.TABLE_LOOPS`` set to None, or a
-subprocess with ``KVSIM_PURE_PYTHON=1`` for whole simulations).
+The unit checks run in this process as it was built (CI runs this file once more with
+``KVSIM_PURE_PYTHON=1``); whole simulations run here and in a subprocess with
+``KVSIM_PURE_PYTHON=1``, and must agree.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ from typing import Any, ClassVar
 import pandas as pd
 import pytest
 
-from sim.kv import paged_prefix
 from sim.kv.paged import PagedAllocator
 from sim.request import Request
-from tests.helpers import REPO, as_python, conv_slice, req, require_built, table_loops
+from tests.helpers import REPO, as_python, conv_slice, req
 
 HELD_BACK = 9
 
@@ -97,16 +96,12 @@ def pure_python(runs: list[tuple[str, str, bool]], tmp: Path) -> list[Any]:
 def require_compiled() -> None:
     """Skip, with the reason, where this process runs the pure-Python paths."""
     from sim.compiled import is_compiled
+    from sim.kv import table_loops
     from sim.sched import waiting_pass
 
-    require_built(paged_prefix.TABLE_LOOPS, "sim/kv/_table_loops.c")
-    if not is_compiled(waiting_pass):
-        pytest.skip("sim/sched/waiting_pass.py is not compiled here (no build, or KVSIM_PURE_PYTHON set)")
-
-
-def loops(monkeypatch: pytest.MonkeyPatch, which: str) -> None:
-    """The allocator's compiled loops (``which``: "compiled" or "python")."""
-    monkeypatch.setattr(paged_prefix, "TABLE_LOOPS", table_loops(which))
+    for m in (table_loops, waiting_pass):
+        if not is_compiled(m):
+            pytest.skip(f"{m.__name__} is not compiled here (no build, or KVSIM_PURE_PYTHON set)")
 
 
 def assert_same(a: Any, b: Any) -> None:
@@ -114,12 +109,9 @@ def assert_same(a: Any, b: Any) -> None:
     pd.testing.assert_frame_equal(a[1], b[1], check_exact=True)
 
 
-def test_a_subclass_gets_no_compiled_call_unless_it_says_its_methods_are_plain(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    loops(monkeypatch, "compiled")
-
+def test_a_subclass_gets_no_one_call_path_unless_it_says_its_methods_are_plain() -> None:
     def fused(kv: PagedAllocator) -> list[bool]:
-        return [x is not None for x in (kv.fresh_args, kv._take, kv._cross, kv.cross_call(), kv._register_decoded)]
+        return [kv._crosses, kv.cross_call() is not None]
 
     assert all(fused(PagedAllocator(20, 4))) and all(fused(SaysPlain(20, 4)))
     for cls in (Holding, Counting):
@@ -127,12 +119,10 @@ def test_a_subclass_gets_no_compiled_call_unless_it_says_its_methods_are_plain(
         assert not cls.plain_methods
 
 
-@pytest.mark.parametrize("which", ["compiled", "python"])
-def test_an_allocator_that_holds_back_9_blocks_is_refused_either_way(which: str,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new table (``fresh_args``' path) and a table that grows (``_take``'s): 19 usable blocks,
-    12 asked for, 7 left -- the base class gives them, the subclass refuses and takes nothing."""
-    loops(monkeypatch, which)
+def test_an_allocator_that_holds_back_9_blocks_is_refused() -> None:
+    """A new table and a table that grows (the base class: ``grow``'s one call): 19 usable
+    blocks, 12 asked for, 7 left -- the base class gives them, the subclass refuses and takes
+    nothing."""
     for cls, admits in ((PagedAllocator, True), (Holding, False)):
         kv = cls(20, 4)
         new, grows = req(0, 48), req(1, 48)
@@ -154,16 +144,13 @@ def waiting_passes() -> list[Any]:
     return [waiting_pass, as_python(waiting_pass)] if is_compiled(waiting_pass) else [waiting_pass]
 
 
-@pytest.mark.parametrize("which", ["compiled", "python"])
-def test_the_waiting_pass_admits_what_the_allocator_allows_and_the_holding_one_refuses(
-        which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_waiting_pass_admits_what_the_allocator_allows_and_the_holding_one_refuses() -> None:
     """The scheduler asks the allocator (``allocate``, through ``can_allocate``): 19 usable blocks,
     one running request holding 1, a head of 12 -- the base class admits it, the subclass that
     holds back 9 refuses it, in the waiting pass compiled by Cython and in its source as Python."""
     from sim.sched.plan import StepPlan
     from sim.sched.scheduler import Scheduler
 
-    loops(monkeypatch, which)
     for mod in waiting_passes():
         for cls, admits in ((PagedAllocator, True), (Holding, False)):
             kv = cls(20, 4)

@@ -7,6 +7,11 @@ cimport cython
 from sim.kv.free_queue cimport FreeQueue
 
 
+@cython.locals(i=Py_ssize_t, evicted=Py_ssize_t)
+cpdef Py_ssize_t pop_front(list out, list nxt, list prv, object head, list ref, list bh, object cache, Py_ssize_t n,
+                           object unpub) except -1
+
+
 cdef class BlockPool:
     cdef dict __dict__  # (instances take attributes: sim/sweep/derive.py wraps their methods)
     cdef public Py_ssize_t num_blocks, null_block, usable_blocks, shared_excess, evictions
@@ -15,8 +20,8 @@ cdef class BlockPool:
     cdef public list ref, block_hash
     cdef public FreeQueue free_queue
 
-    @cython.locals(fq=FreeQueue, nxt=list, ref=list, bh=list, out=list, i=Py_ssize_t, evicted=Py_ssize_t,
-                   popped=list)
+    cpdef cache_block(self, object b, object key)
+    @cython.locals(fq=FreeQueue, nxt=list, ref=list, bh=list, out=list, popped=list)
     cpdef list get_new_blocks(self, Py_ssize_t n)
     @cython.locals(fq=FreeQueue, nxt=list)
     cpdef object pop_one(self)

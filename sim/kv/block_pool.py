@@ -34,6 +34,32 @@ FREE_ORDERS = ("front-tail", "tail", "stack")
 UNPUBLISHED = -(1 << 62)  # block_hash of a hashed block not in the map (no key reaches it; module docstring)
 
 
+def pop_front(out: list[int], nxt: list[int], prv: list[int], head: int, ref: list[int], bh: list[int | None],
+              cache: dict[int, int], n: int, unpub: int) -> int:
+    """Unlink the first ``n`` blocks after ``head`` from a free queue's links (``nxt``, ``prv``)
+    onto ``out``, ref count 1 each, a hash a block still carries evicted (``del cache[key]``,
+    unless the mark ``unpub``); returns the evictions. The caller takes ``n`` off the queue's
+    size and counts them. :meth:`BlockPool.get_new_blocks` without duplicate keys, on the
+    pool's lists: one loop for it and for the allocator's crossings (:mod:`sim.kv.table_loops`),
+    which pop straight into their own lists."""
+    evicted = 0
+    b = nxt[head]
+    for _ in range(n):
+        out.append(b)
+        i = b  # (an index: compiled, the id converted once)
+        key = bh[i]
+        if key is not None:  # BlockPool._evict without duplicates, inlined
+            if key is not unpub:
+                del cache[key]
+            bh[i] = None
+            evicted += 1
+        ref[i] = 1
+        b = nxt[i]
+    nxt[head] = b
+    prv[b] = head
+    return evicted
+
+
 class PoolCounters:
     """The capacity counters of an allocator that hands out blocks of one :class:`BlockPool`
     (the paged allocator and the hybrid coordinator alike)."""
@@ -120,32 +146,21 @@ class BlockPool:
             return popped
         fq = self.free_queue
         nxt, head = fq._next, fq._head
-        ref, bh, cache, dups = self.ref, self.block_hash, self.cache, self.dups
+        ref, bh = self.ref, self.block_hash
         out: list[int] = []
+        if not self.dups:
+            self.evictions += pop_front(out, nxt, fq._prev, head, ref, bh, self.cache, n, UNPUBLISHED)
+            fq.size -= n
+            return out
         add = out.append
         b = nxt[head]
-        if dups:
-            for _ in range(n):
-                add(b)
-                key = bh[b]
-                if key is not None:
-                    self._evict(b, key)
-                ref[b] = 1
-                b = nxt[b]
-        else:
-            evicted, unpub = 0, UNPUBLISHED
-            for _ in range(n):
-                add(b)
-                i = b  # (an index: compiled, the id converted once)
-                key = bh[i]
-                if key is not None:  # _evict without duplicates, inlined
-                    if key is not unpub:
-                        del cache[key]
-                    bh[i] = None
-                    evicted += 1
-                ref[i] = 1
-                b = nxt[i]
-            self.evictions += evicted
+        for _ in range(n):
+            add(b)
+            key = bh[b]
+            if key is not None:
+                self._evict(b, key)
+            ref[b] = 1
+            b = nxt[b]
         nxt[head] = b
         fq._prev[b] = head
         fq.size -= n

@@ -12,6 +12,10 @@ of those that failed::
 A run with ``d`` less of the resource (``d < 0``: more) shifts every slack by ``-d``, so it
 takes every decision the same way iff ``fail_max < d <= pass_min`` (:meth:`allows`); with the
 same inputs otherwise it is then the same run, step for step (:mod:`sim.sweep.derive`).
+
+Compiled by Cython from this source where a C compiler is (``margin.pxd``: the two bounds are C
+integers, :meth:`Margin.note` a C call from the compiled allocator loops, :mod:`sim.kv.table_loops`,
+that note a capacity decision each), else run as it is.
 """
 
 from __future__ import annotations
@@ -20,8 +24,6 @@ NEVER = 1 << 62  # no comparison seen on that side
 
 
 class Margin:
-    __slots__ = ("fail_max", "pass_min")
-
     def __init__(self) -> None:
         self.pass_min = NEVER
         self.fail_max = -NEVER

@@ -25,6 +25,7 @@ from sim.kv.manager import KvCacheManager
 from sim.kv.margin import Margin
 from sim.kv.paged_prefix import PrefixRegistration
 from sim.kv.sharing import ForkSharing
+from sim.kv.table_loops import append_each, can_take, cross, grow
 from sim.kv.window import KvGroup
 from sim.request import Request
 
@@ -37,8 +38,9 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
     one-group :class:`~sim.kv.manager.KvCacheManager`, its arithmetic inlined; what enters the
     prefix cache, and when, is :class:`~sim.kv.paged_prefix.PrefixRegistration`'s."""
 
-    #: its methods are these: the fused and compiled calls that stand in for them (``fresh_args``,
-    #: ``_take``, ``_cross``, ``cross_call``, the per-request loops) may be taken (a subclass: not said)
+    #: its methods are these: the fused calls that stand in for them (:meth:`allocate`'s
+    #: :func:`~sim.kv.table_loops.grow`, :meth:`cross_boundary`'s and :meth:`cross_call`'s
+    #: :func:`~sim.kv.table_loops.cross`) may be taken (a subclass: not said)
     plain_methods = True
 
     def __init_subclass__(cls, **kw: object) -> None:
@@ -72,27 +74,14 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         # read them (a KV connector, KV events: both turn it off), nor with fork sharing or the
         # tail / stack free orders (vllm-v1-legacy, paper-v0)
         self.lazy_unique = enable_caching and free_order == "front-tail" and not exact_fill
-        self._bind_table_loops()  # the per-request loops, compiled (sim/kv/_table_loops.c), or None
-        if self.pool.stack:
-            self._cross = self._take = None  # their pops are the front's, not paper-v0's stack order
-        self.fresh_args = self._fresh_args()
+        # cross's pops are the free queue front's (not paper-v0's stack order), and it registers
+        # past the methods a subclass or a connector may put in their place
+        self._crosses = self.plain_methods and not self.pool.stack
 
     def connect(self, connector: KvConnector) -> None:
         self.lazy_unique = False  # the connector keys what it stores by the map's keys
-        self._cross = self._take = self.fresh_args = None  # and hears of each registration (KvCacheManager.connect): none bypassed
+        self._crosses = False  # and hears of each registration (KvCacheManager.connect): none bypassed
         super().connect(connector)
-
-    def _fresh_args(self) -> tuple[object, ...] | None:
-        """:meth:`allocate`'s take path for a request with no table yet, as the arguments of one
-        compiled call (``_table_loops.fresh``, their first: the margin's note, the new table,
-        take's pops and marks, the counters), or None where that path is not this allocator's.
-        Taken while ``lazy_unique`` holds (KV events turn it off, and replace the map: the call
-        then hands back)."""
-        if self._fresh is None or self._take is None or not (self.lazy_unique and self.enable_caching):
-            return None
-        pool, fq = self.pool, self.pool.free_queue
-        return (self._fresh, Margin, self._margin, BlockTable, pool, fq, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash,
-                pool.cache, UNPUBLISHED, self.block_size)
 
     def group_tables(self, req: Request) -> list[BlockTable]:
         return [table_of(req)]
@@ -124,17 +113,7 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
 
         Hits whose ref count is 0 sit in the free queue and count against capacity (s2 rule 1).
         """
-        nhit = len(hits)
-        t = req.kv
-        held = (0 if t is None else len(t.blocks)) + nhit
-        slots = req.num_computed_tokens + nhit * self.block_size + num_new_tokens
-        need = -(-slots // self.block_size) - held  # cdiv, inlined
-        if need < 0:
-            need = 0
-        hit_free = self.pool.num_free_among(hits) if nhit else 0
-        if not self._margin.note(self.pool.free_queue.size - need - hit_free - reserve):
-            return -1
-        return need
+        return can_take(self.pool, self._margin, self.block_size, req, num_new_tokens, hits, reserve)
 
     def allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
                  *, reserve: int = 0, cache: bool = True) -> bool:
@@ -144,10 +123,8 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         changes nothing when the blocks are not there. ``cache=False``: publish nothing yet (an
         asynchronous load: its blocks are registered when it arrives).
         """
-        if req.kv is None and not hits and cache and self.lazy_unique and (args := self.fresh_args) is not None:
-            done = args[0](req, num_new_tokens, reserve, args)  # type: ignore[operator]  # a new table: the
-            if done is not None:  # (None: it does not apply, nothing changed)              # take path below,
-                return done                                                                 # compiled
+        if not hits and cache and self.lazy_unique and req.content is None and self.plain_methods:
+            return grow(self.pool, self._margin, self.block_size, req, num_new_tokens, reserve)  # all below, in one call
         need = self.can_allocate(req, num_new_tokens, hits, reserve=reserve)
         if need < 0:
             return False
@@ -160,15 +137,6 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
                 table.blocks.extend(pool.get_new_blocks(need))
             return True
         upto = min(req.num_computed_tokens + len(hits) * self.block_size + num_new_tokens, req.num_tokens)
-        if need and self._take is not None and req.content is None and self.lazy_unique and not pool.dups \
-                and not pool.observed:  # the two calls below in one compiled call (_table_loops.take)
-            fq, j0, full = pool.free_queue, table.num_registered, upto // self.block_size
-            pool.evictions += self._take(table.blocks, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash,
-                                         pool.cache, UNPUBLISHED, need, j0, full)
-            fq.size -= need
-            if full > j0:  # (register_full_blocks' marks, as it counts them)
-                table.num_registered = full
-            return True
         if need:
             table.blocks.extend(pool.get_new_blocks(need))
         self.register_full_blocks(req, upto)
@@ -187,23 +155,19 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         if len(reqs) == 1:
             reqs[0].kv.blocks.append(self.pool.pop_one())
             return
-        if self._append_each is not None:  # the loop below, compiled
-            self._append_each(reqs, self.pool.get_new_blocks(len(reqs)))
-            return
-        for r, b in zip(reqs, self.pool.get_new_blocks(len(reqs)), strict=True):
-            r.kv.blocks.append(b)
+        append_each(reqs, self.pool.get_new_blocks(len(reqs)))
 
     def cross_boundary(self, reqs: list[Request], ahead: int | None) -> None:
         """:meth:`append_block`, then (``ahead`` not None) :meth:`register_decoded_blocks`: a
-        window step's block boundary. One compiled call (``_table_loops.cross``) where those
-        would make it: the pool's pops compiled (not ``stack``, no duplicate keys, nobody logging
-        them: ``BlockPool.observed``), the registrations not heard by a connector."""
+        window step's block boundary. One call (:func:`~sim.kv.table_loops.cross`) where it
+        would make the same: its pops are :func:`~sim.kv.block_pool.pop_front`'s (not ``stack``,
+        no duplicate keys, nobody logging them: ``BlockPool.observed``), its registrations heard
+        by no connector and no subclass's methods to go past."""
         pool = self.pool
-        if self._cross is not None and not pool.dups and not pool.observed:
+        if self._crosses and not pool.dups and not pool.observed:
             fq = pool.free_queue
-            evicted = self._cross(reqs, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache, UNPUBLISHED,
-                                  ahead, self.block_size, UNPUBLISHED if self.lazy_unique else None,
-                                  self._register_decoded_one)
+            evicted = cross(reqs, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache, UNPUBLISHED,
+                            ahead, self.block_size, UNPUBLISHED if self.lazy_unique else None, self._register_decoded_one)
             fq.size -= len(reqs)
             pool.evictions += evicted
             return
@@ -212,15 +176,15 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
             self.register_decoded_blocks(reqs, ahead)
 
     def cross_call(self) -> tuple[object, ...] | None:
-        """:meth:`cross_boundary`'s compiled call, for a compiled caller to make itself (None: it
-        has none): ``(cross, free_queue, pool, *head, block_size, mark, slow)``, called as
+        """:meth:`cross_boundary`'s one call, for a compiled caller to make itself (None: it has
+        none): ``(cross, free_queue, pool, *head, block_size, mark, slow)``, called as
         ``cross(reqs, *head, ahead, block_size, mark, slow)``, then ``free_queue.size -= len(reqs)``
         and ``pool.evictions +=`` its result; only while ``pool.dups`` and ``pool.observed`` are
-        false, which that caller checks before each call (``_quiet_steps.c``)."""
-        if self._cross is None:
+        false, which that caller checks before each call (fast-forward's quiet steps)."""
+        if not self._crosses:
             return None
         pool, fq = self.pool, self.pool.free_queue
-        return (self._cross, fq, pool, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache,
+        return (cross, fq, pool, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache,
                 UNPUBLISHED, self.block_size, UNPUBLISHED if self.lazy_unique else None, self._register_decoded_one)
 
     def append_blocks(self, steps: list[list[Request]], n: int) -> None:

@@ -10,23 +10,18 @@ it finishes (a preemption), so that its own probe finds them when it comes back:
     preempted    map     {u0: 7, u0-1: 3, u0-2: 12}                        (published, in table order)
     re-admitted  probe   u0, u0-1, u0-2 -> hits [7, 3, 12]                  (if none was evicted)
 
-The per-block and per-request loops here have compiled twins in ``sim/kv/_table_loops.c``
-(optional; the Python stays the reference and ``KVSIM_PURE_PYTHON=1`` selects it). Like the
-Python, they read and write the map through its own protocol, so a map that logs what enters or
-leaves it (KV events) sees every change.
+The per-block and per-request loops are :mod:`sim.kv.table_loops`' (compiled by Cython where
+a C compiler is). Like the rest, they read and write the map through its own protocol, so a map
+that logs what enters or leaves it (KV events) sees every change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from sim.compiled import compiled
 from sim.kv.block_pool import UNPUBLISHED, BlockPool
 from sim.kv.block_table import BlockTable, table_of
 from sim.kv.hashing import UNIQUE_BASE, BlockHasher, shared_prefix_blocks, unique_key
+from sim.kv.table_loops import lookup_unique, mark_full, publish, register_decoded
 from sim.request import Request
-
-TABLE_LOOPS = compiled("sim.kv._table_loops")  # read by each new allocator (tests set it to compare both)
 
 
 class PrefixRegistration:
@@ -38,22 +33,6 @@ class PrefixRegistration:
     enable_caching: bool
     hasher: BlockHasher
     lazy_unique: bool
-    plain_methods: bool  # False (a subclass): no compiled loop, its own methods are called
-
-    def _bind_table_loops(self) -> None:
-        """Hold the compiled loops as plain functions (copied and pickled by name), or None:
-        not built, or a subclass's (``plain_methods`` false: the loops would go past its overrides)."""
-        loops = TABLE_LOOPS if self.plain_methods else None
-        self._append_each: Callable[[list[Request], list[int]], None] | None = \
-            getattr(loops, "append_each", None)
-        self._register_decoded: Callable[..., None] | None = getattr(loops, "register_decoded", None)
-        self._cross: Callable[..., int] | None = getattr(loops, "cross", None)
-        self._take: Callable[..., int] | None = getattr(loops, "take", None)
-        self._fresh: Callable[..., bool | None] | None = getattr(loops, "fresh", None)
-        self._mark_blocks: Callable[..., None] | None = getattr(loops, "mark_blocks", None)
-        self._lookup_unique: Callable[..., list[int]] | None = getattr(loops, "lookup_unique", None)
-        self._publish_marked: Callable[..., None] | None = getattr(loops, "publish", None)
-
     def get_computed_blocks(self, req: Request) -> list[int]:
         """Longest cached prefix, capped at ``num_tokens - 1`` and counted in whole blocks."""
         if not self.enable_caching:
@@ -64,15 +43,7 @@ class PrefixRegistration:
         if req.content is None:  # every key is arithmetic: unique_key(uid, j) == u0 - j
             if req.kv is None:  # never given blocks here: none of its keys entered this map
                 return hits
-            u0 = unique_key(req.uid, 0)
-            if self._lookup_unique is not None:  # the loop below, compiled
-                return self._lookup_unique(cache, u0, n)
-            for j in range(n):
-                b = cache.get(u0 - j)
-                if b is None:
-                    break
-                hits.append(b)
-            return hits
+            return lookup_unique(cache, unique_key(req.uid, 0), n)
         hashes = table_of(req).hashes
         if len(hashes) < n:  # the chain up to the cap, in one call (the hashes are needed anyway)
             self.hasher.extend(req, hashes, n)
@@ -86,30 +57,24 @@ class PrefixRegistration:
     def register_decoded_blocks(self, reqs: list[Request], ahead: int) -> None:
         """:meth:`register_full_blocks` up to ``num_computed_tokens + ahead`` for each request
         (fast-forward: decoders whose last block fills this step; one call per step)."""
-        if self._register_decoded is not None:  # the loop below, compiled
-            self._register_decoded(reqs, ahead, self.block_size, self.pool.block_hash,
-                                   UNPUBLISHED if self.lazy_unique else None, self._register_decoded_one)
-            return
-        for r in reqs:
-            self._register_decoded_one(r, r.num_computed_tokens + ahead)
+        register_decoded(reqs, ahead, self.block_size, self.pool.block_hash, UNPUBLISHED if self.lazy_unique else None,
+                         self._register_decoded_one)
 
     def _register_decoded_one(self, r: Request, upto: int) -> None:
-        """:meth:`register_decoded_blocks` for one request (the compiled loop calls it for every
-        case but a lone block to mark)."""
+        """:meth:`register_decoded_blocks` for one request the loop did not mark
+        (:func:`~sim.kv.table_loops.register_decoded`)."""
         table = r.kv
         j = table.num_registered
         bh = self.pool.block_hash
-        if r.content is None and upto // self.block_size == j + 1 and bh[table.blocks[j]] is None:
+        if r.content is None and not self.lazy_unique and upto // self.block_size == j + 1 \
+                and bh[table.blocks[j]] is None:
             b = table.blocks[j]  # one unique block: == register_full_blocks, inlined
-            if self.lazy_unique:
-                bh[b] = UNPUBLISHED
+            cache = self.pool.cache
+            key = bh[b] = -(r.uid * UNIQUE_BASE + j + 1)
+            if key in cache:
+                self.pool.dups.setdefault(key, []).append(b)
             else:
-                cache = self.pool.cache
-                key = bh[b] = -(r.uid * UNIQUE_BASE + j + 1)
-                if key in cache:
-                    self.pool.dups.setdefault(key, []).append(b)
-                else:
-                    cache[key] = b
+                cache[key] = b
             table.num_registered = j + 1
         else:
             self.register_full_blocks(r, upto)
@@ -123,19 +88,13 @@ class PrefixRegistration:
         """
         table = req.kv
         full = num_tokens // self.block_size
+        if req.content is None and self.lazy_unique:  # hits keep their keys; new blocks wait
+            mark_full(self.pool.block_hash, table, full)
+            return
         j0 = table.num_registered
         if full <= j0:
             return
         table.num_registered = full
-        if req.content is None and self.lazy_unique:  # hits keep their keys; new blocks wait
-            if self._mark_blocks is not None:  # the loop below, compiled
-                self._mark_blocks(self.pool.block_hash, table.blocks, j0, full, UNPUBLISHED)
-                return
-            bh, unpub = self.pool.block_hash, UNPUBLISHED
-            for b in table.blocks[j0:full]:
-                if bh[b] is None:
-                    bh[b] = unpub
-            return
         if full == j0 + 1 and req.content is None:  # one unique block: the decode hot path
             b = table.blocks[j0]
             bh = self.pool.block_hash
@@ -177,11 +136,4 @@ class PrefixRegistration:
 
     def _publish(self, req: Request, table: BlockTable) -> None:
         """Enter the request's unpublished blocks in the map under their keys, in table order."""
-        pool, u0 = self.pool, unique_key(req.uid, 0)
-        bh = pool.block_hash
-        if self._publish_marked is not None:  # the loop below, compiled
-            self._publish_marked(bh, pool.cache, pool.dups, table.blocks, table.num_registered, u0, UNPUBLISHED)
-            return
-        for j, b in enumerate(table.blocks[:table.num_registered]):
-            if bh[b] is UNPUBLISHED:
-                pool.cache_block(b, u0 - j)
+        publish(self.pool, table.blocks, table.num_registered, unique_key(req.uid, 0))
