@@ -21,6 +21,8 @@ cdef class BlockPool:
     cdef public FreeQueue free_queue
 
     cpdef cache_block(self, object b, object key)
+    @cython.locals(bh=list, j=Py_ssize_t, i=Py_ssize_t)
+    cpdef cache_unhashed(self, list blocks, list keys)
     @cython.locals(fq=FreeQueue, nxt=list, ref=list, bh=list, out=list, popped=list)
     cpdef list get_new_blocks(self, Py_ssize_t n)
     @cython.locals(fq=FreeQueue, nxt=list)

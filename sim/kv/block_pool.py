@@ -112,6 +112,18 @@ class BlockPool:
         else:
             self.cache[key] = b
 
+    def cache_unhashed(self, blocks: list[int], keys: list[int]) -> None:
+        """:meth:`cache_block` for each block, in order, that has no hash yet (a prompt's
+        registration: a block shared with a hit keeps its own); one key per block."""
+        if len(keys) != len(blocks):
+            raise ValueError(f"{len(blocks)} blocks, {len(keys)} keys")
+        bh = self.block_hash
+        for j in range(len(blocks)):
+            b = blocks[j]
+            i = b
+            if bh[i] is None:
+                self.cache_block(b, keys[j])
+
     def _evict(self, b: int, key: int) -> None:
         self.block_hash[b] = None
         self.evictions += 1

@@ -126,13 +126,7 @@ class PrefixRegistration:
         keys = hashes[j0:end]  # (empty when j0 >= end)
         if full > end:  # past the content: unique keys
             keys.extend(range(unique0 - max(j0, end), unique0 - full, -1))
-        for b, key in zip(blocks[j0:full], keys, strict=True):
-            if bh[b] is None:  # == pool.cache_block(b, key), inlined (prompt registration)
-                bh[b] = key
-                if key in cache:
-                    pool.dups.setdefault(key, []).append(b)
-                else:
-                    cache[key] = b
+        pool.cache_unhashed(blocks[j0:full], keys)
 
     def _publish(self, req: Request, table: BlockTable) -> None:
         """Enter the request's unpublished blocks in the map under their keys, in table order."""
