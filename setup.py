@@ -19,7 +19,8 @@ from setuptools import Extension, setup
 
 NO_FMA = ["-ffp-contract=off"]
 CYTHON = ["sim.cost.decode_time", "sim.io.step_fold", "sim.io.fill", "sim.engine.fastforward.run_layout",
-          "sim.kv.free_queue", "sim.kv.block_pool", "sim.sched.waiting_pass"]
+          "sim.kv.free_queue", "sim.kv.block_pool", "sim.sched.waiting_pass", "sim.engine.step_batch",
+          "sim.engine.fastforward.decoders", "sim.engine.fastforward.steps", "sim.engine.fastforward.quiet_steps"]
 DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": True, "embedsignature": True}
 
 
@@ -31,7 +32,6 @@ def c_twins() -> list[Extension]:
 
     return [
         ext("sim.kv._table_loops", ("kv/_free_front.h", "_slot_attr.h", "_margin_note.h")),
-        ext("sim.engine.fastforward._quiet_steps", ("engine/fastforward/_decode_time.h", "_slot_attr.h"), NO_FMA),
     ]
 
 

@@ -1,6 +1,6 @@
 """The compiled loops against their pure-Python references, as a ratio measured in one process.
 
-The optional C twins (``sim/kv/_table_loops.c``, ``_quiet_steps.c``, ``sim/sched/_admit.c``, ...)
+The optional C twins (``sim/kv/_table_loops.c``, ...)
 give the same results as the Python they replace; this bench times how much faster. The modules
 compiled by Cython from their own source (``record.cython_modules``: the step fold, the run
 layout) have no switch in a process: they run compiled on both sides (time them against a

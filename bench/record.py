@@ -33,26 +33,23 @@ def compiled_switches() -> list[tuple[str, Any, str, Any]]:
     class) that holds it, and what it holds where it was not built or ``KVSIM_PURE_PYTHON`` is
     set (None, or the Python reference itself). The modules compiled by Cython
     (:func:`cython_modules`) have no switch: a process runs them compiled or not."""
-    from sim.engine import step
-    from sim.engine.fastforward import decoders, quiet_steps, steps
     from sim.kv import paged_prefix
 
-    plain = [("tables", paged_prefix, "TABLE_LOOPS"), ("quiet_steps", quiet_steps, "COMPILED"),
-             ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH")]
-    return [*((n, m, a, None) for n, m, a in plain), ("leave", decoders, "leave_all", decoders._leave_all),
-            ("computed", step.StepKernel, "computed_of", staticmethod(step.computed_of))]
+    return [("tables", paged_prefix, "TABLE_LOOPS", None)]
 
 
 def cython_modules() -> list[tuple[str, Any]]:
     """The modules compiled by Cython from their own source (``setup.py``), as ``(name, module)``."""
     from sim.cost import decode_time
-    from sim.engine.fastforward import run_layout
+    from sim.engine import step_batch
+    from sim.engine.fastforward import decoders, quiet_steps, run_layout, steps
     from sim.io import fill, step_fold
     from sim.kv import block_pool, free_queue
     from sim.sched import waiting_pass
 
     return [("pool", block_pool), ("free_queue", free_queue), ("step_fold", step_fold), ("run_layout", run_layout),
-            ("decode_time", decode_time), ("admit", waiting_pass), ("fill", fill)]
+            ("decode_time", decode_time), ("admit", waiting_pass), ("fill", fill), ("quiet_steps", quiet_steps),
+            ("land", steps), ("batch", step_batch), ("leave", decoders)]
 
 
 def compiled_loops() -> list[str]:
