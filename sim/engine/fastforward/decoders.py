@@ -134,7 +134,8 @@ def boundary(buckets: list[list[Request]], s1: int, lag: int,
     B = len(buckets)
     bucket = buckets[s1 % B]
     if bucket:
-        cross(bucket, s1 - 1 if lag and register is not None else None)  # type: ignore[misc]
+        assert cross is not None, "a window's decoders hold blocks only where its allocator crosses"
+        cross(bucket, s1 - 1 if lag and register is not None else None)
     if not lag and register is not None:
         filling = buckets[(s1 + 1) % B]
         if filling:
