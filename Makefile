@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip
 
 .PHONY: demo test lint bench clean
 
-$(VENV)/.base: pyproject.toml setup.py sim/_slot_attr.h sim/engine/fastforward/_quiet_steps.c sim/engine/fastforward/_decode_time.h $(wildcard sim/*/*.pxd sim/*/*/*.pxd) sim/cost/decode_time.py sim/io/step_fold.py sim/engine/fastforward/run_layout.py sim/kv/free_queue.py sim/kv/block_pool.py sim/kv/block_table.py sim/kv/margin.py sim/kv/table_loops.py sim/sched/waiting_pass.py sim/io/fill.py
+$(VENV)/.base: pyproject.toml setup.py $(wildcard sim/*/*.pxd sim/*/*/*.pxd) sim/cost/decode_time.py sim/io/step_fold.py sim/io/fill.py sim/engine/fastforward/run_layout.py sim/kv/free_queue.py sim/kv/block_pool.py sim/kv/block_table.py sim/kv/margin.py sim/kv/table_loops.py sim/sched/waiting_pass.py sim/engine/step_batch.py sim/engine/fastforward/decoders.py sim/engine/fastforward/steps.py sim/engine/fastforward/quiet_steps.py
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e .

@@ -1,11 +1,10 @@
 """The compiled extensions (metadata and everything else: pyproject.toml). All optional: without a
 C compiler (or Cython) ``pip install`` still succeeds and the modules run as Python.
 
-- Cython (issue 51: one implementation): the modules in ``CYTHON`` are compiled from their own
-  ``.py`` source, typed by the ``.pxd`` beside it; the same ``.py`` runs as plain Python where
-  nothing was built, or with ``KVSIM_PURE_PYTHON`` set (:mod:`sim.compiled`). ``KVSIM_NO_CYTHON``
-  (any non-empty value) at build time leaves them uncompiled.
-- Hand-written C twins of Python code, until issue 51 replaces them too.
+The modules in ``CYTHON`` are compiled by Cython from their own ``.py`` source, typed by the
+``.pxd`` beside it (issue 51: one implementation, no hand-written C); the same ``.py`` runs as
+plain Python where nothing was built, or with ``KVSIM_PURE_PYTHON`` set (:mod:`sim.compiled`).
+``KVSIM_NO_CYTHON`` (any non-empty value) at build time leaves them uncompiled.
 
 No fused multiply-add where floats are summed or timed (``-ffp-contract=off``): every float is
 the one Python computes.
@@ -20,19 +19,9 @@ from setuptools import Extension, setup
 NO_FMA = ["-ffp-contract=off"]
 CYTHON = ["sim.cost.decode_time", "sim.io.step_fold", "sim.io.fill", "sim.engine.fastforward.run_layout",
           "sim.kv.free_queue", "sim.kv.block_pool", "sim.kv.block_table", "sim.kv.margin", "sim.kv.table_loops",
-          "sim.sched.waiting_pass"]
+          "sim.sched.waiting_pass", "sim.engine.step_batch", "sim.engine.fastforward.decoders",
+          "sim.engine.fastforward.steps", "sim.engine.fastforward.quiet_steps"]
 DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": True, "embedsignature": True}
-
-
-def c_twins() -> list[Extension]:
-    def ext(name: str, depends: tuple[str, ...] = (), args: list[str] | None = None) -> Extension:
-        src = name.replace(".", "/") + ".c"
-        return Extension(name, [src], depends=[f"sim/{d}" for d in depends], extra_compile_args=args or [],
-                         optional=True)
-
-    return [
-        ext("sim.engine.fastforward._quiet_steps", ("engine/fastforward/_decode_time.h", "_slot_attr.h"), NO_FMA),
-    ]
 
 
 def cythonized() -> list[Extension]:
@@ -50,4 +39,4 @@ def cythonized() -> list[Extension]:
     return out
 
 
-setup(ext_modules=[*c_twins(), *cythonized()])
+setup(ext_modules=cythonized())

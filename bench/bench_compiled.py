@@ -1,63 +1,67 @@
-"""The compiled loops against their pure-Python references, as a ratio measured in one process.
+"""The compiled build against the same source run as Python, as a ratio measured side by side.
 
-The optional C twins (``_quiet_steps.c``) give the same results as the Python they replace;
-this bench times how much faster. The modules
-compiled by Cython from their own source (``record.cython_modules``: the step fold, the run
-layout) have no switch in a process: they run compiled on both sides (time them against a
-``KVSIM_PURE_PYTHON=1`` process instead). It runs issue 19's 70B replica
-(``--what engine``, ``simulate``) or its 8-replica fleet (``--what ROUTER``, ``replay_fleet``)
-round by round in one process, switching every compiled loop on and off between runs (the
-modules' selection attributes), the order alternating between rounds so a drift in machine
-load favours neither side. Each run also checks that both sides ran the same steps.
+Every compiled module is built by Cython from its own ``.py`` (``record.cython_modules``), so
+there is nothing to switch inside one process: each run is a fresh interpreter, compiled or with
+``KVSIM_PURE_PYTHON=1`` (the ``.py`` files imported instead), the order alternating between rounds
+so a drift in machine load favours neither side. It runs issue 19's 70B replica (``--what
+engine``, ``simulate``) or its 8-replica fleet (``--what ROUTER``, ``replay_fleet``). Each run
+also checks that both sides ran the same steps.
 
     KVSIM_DATA=DIR python bench/bench_compiled.py [--what engine|ROUTER] [--rounds N] [--trace PATH]
         [--limit N] [--record FILE]
 
-Skipped (exit 0) without the trace or without the compiled loops (not built, or
+Skipped (exit 0) without the trace or without the compiled modules (not built, or
 ``KVSIM_PURE_PYTHON`` set).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from record import compiled_loops, compiled_switches, emit
-
-from sim.cluster.replay import replay_fleet
-from sim.cluster.router import parse_router
-from sim.config.schema import make_config
-from sim.cost.for_config import cost_model_for
-from sim.errors import ConfigError
-from sim.run.simulate import simulate
-from workloads import load_trace
+from record import compiled_loops, cython_modules, emit
 
 TRACE_IN_DATA = ("traces", "azure_llm_2023", "AzureLLMInferenceTrace_conv.csv")
 CONFIG: dict[str, Any] = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
                               block_size=16, max_model_len=4096)
-SWITCHES = compiled_switches()
-ON = [vars(owner)[attr] for _, owner, attr, _ in SWITCHES]  # as imported (a staticmethod as such)
+MARK = "BENCH_COMPILED "
 
 
-def use_compiled(on: bool) -> None:
-    """Every compiled loop on (as imported) or off (the pure-Python references)."""
-    for (_, owner, attr, off), loop in zip(SWITCHES, ON, strict=True):
-        setattr(owner, attr, loop if on else off)
+def one(what: str, path: Path, limit: int) -> tuple[float, int]:
+    """Wall time of one run (trace loaded first, not timed) and its steps."""
+    import dataclasses
 
+    from sim.cluster.replay import replay_fleet
+    from sim.config.schema import make_config
+    from sim.run.simulate import simulate
+    from workloads import load_trace
 
-def one(what: str, trace: Any) -> tuple[float, int]:
-    """Wall time of one run and its steps."""
+    trace = load_trace(path)
+    if limit:
+        trace = dataclasses.replace(trace, df=trace.df.iloc[:limit].reset_index(drop=True))
     t0 = time.perf_counter()
     if what == "engine":
         res = simulate(make_config(**CONFIG), trace)
         return time.perf_counter() - t0, res.summary.num_steps
     fleet = replay_fleet([make_config(**CONFIG)] * 8, trace, what)
     return time.perf_counter() - t0, sum(len(s) for s in fleet.steps)
+
+
+def side(compiled: bool, a: argparse.Namespace, path: Path) -> tuple[float, int]:
+    env = {k: v for k, v in os.environ.items() if k != "KVSIM_PURE_PYTHON"}
+    if not compiled:
+        env["KVSIM_PURE_PYTHON"] = "1"
+    out = subprocess.run([sys.executable, __file__, "--worker", "--what", a.what, "--trace", str(path),
+                          "--limit", str(a.limit)], env=env, capture_output=True, text=True, check=True).stdout
+    wall, n = json.loads(next(x for x in out.splitlines() if x.startswith(MARK))[len(MARK):])
+    return float(wall), int(n)
 
 
 def main() -> None:
@@ -67,45 +71,48 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=None)
     ap.add_argument("--limit", type=int, default=0, help="first N requests only")
     ap.add_argument("--record", type=Path, default=None)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.rounds < 1:
         raise SystemExit("bench_compiled: --rounds must be >= 1")
     if a.limit < 0:
         raise SystemExit("bench_compiled: --limit must be >= 0 (0: every request)")
+    path = a.trace or (Path(os.environ["KVSIM_DATA"]).joinpath(*TRACE_IN_DATA) if os.environ.get("KVSIM_DATA") else None)
+    if a.worker:
+        print(MARK + json.dumps(one(a.what, Path(str(path)), a.limit)))
+        return
     if a.what != "engine":
+        from sim.cluster.router import parse_router
+        from sim.errors import ConfigError
         try:
             parse_router(a.what)
         except ConfigError as e:
             raise SystemExit(f"bench_compiled: --what is 'engine' or a router; {e}") from None
-    path = a.trace or (Path(os.environ["KVSIM_DATA"]).joinpath(*TRACE_IN_DATA) if os.environ.get("KVSIM_DATA") else None)
     if path is None or not path.is_file():
         print(f"bench_compiled: skipped (no trace: {path or 'set KVSIM_DATA or pass --trace'})")
         return
-    if len(compiled_loops()) < len(ON):
+    if len(compiled_loops()) < len(cython_modules()):
         print(f"bench_compiled: skipped (compiled loops in use: {compiled_loops() or 'none'}; all are needed)")
         return
-    trace = load_trace(path)
-    if a.limit:
-        trace = dataclasses.replace(trace, df=trace.df.iloc[: a.limit].reset_index(drop=True))
     walls: dict[bool, list[float]] = {True: [], False: []}
     steps: set[int] = set()
     for r in range(a.rounds):
         for on in (True, False) if r % 2 == 0 else (False, True):
-            use_compiled(on)
-            wall, n = one(a.what, trace)
+            wall, n = side(on, a, path)
             walls[on].append(wall)
             steps.add(n)
-    use_compiled(True)
     if len(steps) != 1:
         raise SystemExit(f"bench_compiled: MISMATCH, the two sides ran different steps: {sorted(steps)}")
     mean = {on: statistics.fmean(w) for on, w in walls.items()}
     for on in (True, False):
         print(f"{'compiled' if on else 'pure Python':12s} {' '.join(f'{w:.2f}' for w in walls[on])} s "
               f"(mean {mean[on]:.3f} s)")
-    print(f"{a.what}: pure Python / compiled = {mean[False] / mean[True]:.3f} ({a.rounds} rounds, one process, "
+    print(f"{a.what}: pure Python / compiled = {mean[False] / mean[True]:.3f} ({a.rounds} rounds, fresh processes, "
           f"{steps.pop():,} steps each)")
+    from sim.config.schema import make_config
+    from sim.cost.for_config import cost_model_for
     emit("bench_compiled", cost_model_for(make_config(**CONFIG)).name,
-         {"what": a.what, "trace": path.name, "requests": len(trace.df), "rounds": a.rounds,
+         {"what": a.what, "trace": path.name, "limit": a.limit, "rounds": a.rounds,
           "compiled_s": [round(w, 3) for w in walls[True]], "pure_s": [round(w, 3) for w in walls[False]],
           "ratio": round(mean[False] / mean[True], 3)}, a.record)
 

@@ -6,6 +6,7 @@ requests frame, the steps frame and the summary column by column::
     python bench/golden.py save  OUT_BEFORE     # on the base commit
     python bench/golden.py save  OUT_AFTER      # on the change
     python bench/golden.py diff  OUT_BEFORE OUT_AFTER
+    python bench/golden.py frames                # the 70B replay's frames, hashed (KVSIM_DATA)
 
 Only the public API is used (``sim.simulate``, ``sim.make_config``, ``workloads.loader.load_trace``;
 before the layout move ``sim.run`` and ``sim.config``), so the script runs unchanged on both sides of a move.
@@ -118,6 +119,34 @@ def diff(a: Path, b: Path) -> int:
     return 1 if bad else 0
 
 
+def frames(data: Path | None) -> int:
+    """The 70B replay of ``bench_compiled.py`` (the whole Azure conversation trace): one hash of
+    its requests and steps frames, every value, to compare two builds of a refactor."""
+    import hashlib
+    import time
+
+    from pandas.util import hash_pandas_object
+
+    from sim import make_config, simulate
+    from workloads.loader import load_trace
+
+    path = data / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv" if data else None
+    if path is None or not path.is_file():
+        print(f"golden.py frames: skipped (no trace: {path or 'set KVSIM_DATA or pass --data'})")
+        return 0
+    cfg = make_config(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
+                      block_size=16, max_model_len=4096)
+    trace = load_trace(path)
+    t0 = time.perf_counter()
+    res = simulate(cfg, trace)
+    wall = time.perf_counter() - t0
+    h = hashlib.sha256()
+    for df in (res.requests, res.steps):
+        h.update(hash_pandas_object(df, index=False).to_numpy().tobytes())
+    print(f"frames {h.hexdigest()[:12]} steps {res.summary.num_steps} wall {wall:.3f}s")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -127,10 +156,14 @@ def main() -> int:
     d = sub.add_parser("diff")
     d.add_argument("a", type=Path)
     d.add_argument("b", type=Path)
+    f = sub.add_parser("frames", help="hash the 70B replay's frames (needs the Azure trace)")
+    f.add_argument("--data", type=Path, default=os.environ.get("KVSIM_DATA"))
     args = ap.parse_args()
     if args.cmd == "save":
         save(args.out, Path(args.data) if args.data else None)
         return 0
+    if args.cmd == "frames":
+        return frames(Path(args.data) if args.data else None)
     return diff(args.a, args.b)
 
 

@@ -28,49 +28,26 @@ from typing import Any
 PREFIX = "RECORD "
 
 
-def compiled_switches() -> list[tuple[str, Any, str, Any]]:
-    """Each optional C twin as ``(name, owner, attribute, off)``: the attribute of a module (or
-    class) that holds it, and what it holds where it was not built or ``KVSIM_PURE_PYTHON`` is
-    set (None, or the Python reference itself). The modules compiled by Cython
-    (:func:`cython_modules`) have no switch: a process runs them compiled or not."""
-    from sim.engine import step
-    from sim.engine.fastforward import decoders, quiet_steps, steps
-
-    plain = [("quiet_steps", quiet_steps, "COMPILED"),
-             ("land", steps, "COMPILED_LAND"), ("batch", step, "BATCH")]
-    return [*((n, m, a, None) for n, m, a in plain), ("leave", decoders, "leave_all", decoders._leave_all),
-            ("computed", step.StepKernel, "computed_of", staticmethod(step.computed_of))]
-
-
 def cython_modules() -> list[tuple[str, Any]]:
     """The modules compiled by Cython from their own source (``setup.py``), as ``(name, module)``."""
     from sim.cost import decode_time
-    from sim.engine.fastforward import run_layout
+    from sim.engine import step_batch
+    from sim.engine.fastforward import decoders, quiet_steps, run_layout, steps
     from sim.io import fill, step_fold
     from sim.kv import block_pool, block_table, free_queue, margin, table_loops
     from sim.sched import waiting_pass
 
     return [("pool", block_pool), ("free_queue", free_queue), ("step_fold", step_fold), ("run_layout", run_layout),
             ("decode_time", decode_time), ("admit", waiting_pass), ("fill", fill),
-            ("tables", table_loops), ("margin", margin),
-            ("block_table", block_table)]
+            ("tables", table_loops), ("margin", margin), ("block_table", block_table), ("quiet_steps", quiet_steps),
+            ("land", steps), ("batch", step_batch), ("leave", decoders)]
 
 
 def compiled_loops() -> list[str]:
     """The optional compiled loops this process runs: the same results, another speed."""
     from sim.compiled import is_compiled
 
-    return [*(name for name, owner, attr, off in compiled_switches() if not _is(vars(owner)[attr], off)),
-            *(name for name, module in cython_modules() if is_compiled(module))]
-
-
-def _is(held: Any, off: Any) -> bool:
-    """``held`` is the reference ``off`` (a staticmethod compared by the function it wraps)."""
-    return _unwrap(held) is _unwrap(off)
-
-
-def _unwrap(x: Any) -> Any:
-    return x.__func__ if isinstance(x, staticmethod) else x
+    return [name for name, module in cython_modules() if is_compiled(module)]
 
 
 def machine() -> dict[str, Any]:

@@ -1,38 +1,23 @@
 """The optional compiled code: one way to find it, one way to turn it off.
 
-``pip install`` compiles where a C compiler is (``setup.py``; every extension optional):
+``pip install`` compiles where a C compiler is (``setup.py``; every extension optional) the
+modules Cython builds from their own ``.py`` source (typed by the ``.pxd`` beside it): the
+extension is imported in place of the ``.py``, whose Python is the same code. There is no
+hand-written C.
 
-- modules compiled by Cython from their own ``.py`` source (typed by the ``.pxd`` beside it):
-  the extension is imported in place of the ``.py``, whose Python is the same code;
-- hand-written C twins of Python loops (issue 51 replaces them): a module asks
-  :func:`compiled` for its twin once, at import, and falls back to its Python on None.
-
-``KVSIM_PURE_PYTHON`` (any non-empty value, read when :mod:`sim` is imported) turns both off:
-:func:`compiled` gives None, and :func:`prefer_source` has each compiled ``sim`` module imported
-from its ``.py`` instead (the state of an install without a C compiler).
+``KVSIM_PURE_PYTHON`` (any non-empty value, read when :mod:`sim` is imported) has each compiled
+``sim`` module imported from its ``.py`` instead (:func:`prefer_source`): the state of an install
+without a C compiler.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
-import os
 import sys
 from collections.abc import Sequence
 from importlib.machinery import ExtensionFileLoader, ModuleSpec, PathFinder
 from pathlib import Path
 from types import ModuleType
-
-
-def compiled(name: str) -> ModuleType | None:
-    """The C twin ``name`` (``sim.kv._pool_loops``, say), or None: not built, or
-    ``KVSIM_PURE_PYTHON`` set."""
-    if os.environ.get("KVSIM_PURE_PYTHON"):
-        return None
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
 
 
 def is_compiled(module: ModuleType) -> bool:

@@ -1,4 +1,4 @@
-"""bench/bench_compiled.py: compiled vs pure Python, switched in one process, the same steps."""
+"""bench/bench_compiled.py: compiled vs pure Python, in fresh processes side by side, the same steps."""
 
 from __future__ import annotations
 

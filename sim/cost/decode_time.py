@@ -7,8 +7,8 @@ so the float is the same bit for bit.
 
 Compiled by Cython where a C compiler is (``decode_time.pxd``: C doubles, no fused
 multiply-add), so that a compiled loop calls it as a C function
-(:mod:`sim.engine.fastforward.run_layout`); else it runs as this Python. (``_decode_time.h``
-still spells it out in C for ``_quiet_steps.c``, until that twin goes too: issue 51.)
+(:mod:`sim.engine.fastforward.run_layout`, :mod:`sim.engine.fastforward.quiet_steps`); else it
+runs as this Python.
 """
 
 from __future__ import annotations

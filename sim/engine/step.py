@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sim.compiled import compiled
 from sim.cost import StepBatch, StepCostModel
 from sim.cost.bulk import DecodeTerms, DecodeTime, decode_step_terms, decode_step_time
+from sim.engine.step_batch import batch_of, computed_of
 from sim.io.records import StepLog
 from sim.kv.base import DecodeBlocks, KvAllocator, LinearBreakdown, MemoryBreakdown
 from sim.request import Request
@@ -37,16 +37,6 @@ class InFlight:
     dt: float
     start: float
     done: list[Request] | None         # requests whose last token it samples (None: sampled at land)
-
-_C = compiled("sim.engine.fastforward._quiet_steps")
-#: :meth:`StepKernel.batch`'s loop, compiled (``_quiet_steps.batch``); None where not built (tests
-#: set it to None to compare both)
-BATCH: Callable[..., StepBatch] | None = getattr(_C, "batch", None)
-
-
-def computed_of(scheduled: list[tuple[Request, int]]) -> int:
-    """The computed tokens of a plan's scheduled requests, summed."""
-    return sum(r.num_computed_tokens for r, _ in scheduled)
 
 
 @dataclass(slots=True, eq=False)
@@ -76,8 +66,8 @@ class StepKernel:
     _decode: dict[int, DecodeTime] = field(default_factory=dict)  # decoders -> decode_time(...)
     _decode_terms: dict[int, DecodeTerms | None] = field(default_factory=dict)
 
-    #: :func:`computed_of`, compiled where built (``_quiet_steps.computed``: no generator a call)
-    computed_of = staticmethod(getattr(_C, "computed", computed_of))
+    #: the computed tokens of a plan's scheduled requests, summed (:mod:`sim.engine.step_batch`)
+    computed_of = staticmethod(computed_of)
 
     def __post_init__(self) -> None:
         """The allocator's answers the engine needs on every step or window, asked once."""
@@ -103,29 +93,7 @@ class StepKernel:
 
     def batch(self, plan: StepPlan) -> StepBatch:
         """Describe the step for the cost model (prefill vs decode work, pages touched)."""
-        if BATCH is not None:  # the loop below, compiled
-            return BATCH(plan, self.page_size, self.block_bytes, StepBatch)
-        B = self.page_size
-        pf_tok = pf_seqs = pf_ctx = dec = dec_ctx = pages = 0
-        pairs = 0.0
-        riders = plan.free_riders
-        for r, n in plan.scheduled:
-            if riders and r.uid in riders:
-                continue  # forked group member: the leader's prefill computed its KV
-            c = r.num_computed_tokens
-            ctx = c + n
-            if n == 1 and r.num_output and c == r.num_tokens - 1:
-                dec += 1
-                dec_ctx += ctx
-            else:
-                pf_tok += n
-                pf_seqs += 1
-                pf_ctx += ctx
-                pairs += n * (2 * c + n + 1) / 2
-            if B:
-                pages += -(-ctx // B)
-        return StepBatch(pf_tok, pf_seqs, pairs, pf_ctx, dec, dec_ctx, pages, B,
-                         plan.swap_out_blocks, plan.swap_in_blocks, self.block_bytes)
+        return batch_of(plan, self.page_size, self.block_bytes)
 
     def finish(self, done: list[Request], end: float) -> None:
         """Finish requests whose last token the step ending at ``end`` sampled (in this order)."""

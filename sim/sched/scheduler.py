@@ -40,12 +40,6 @@ class Scheduler:
     chunked_prefill = True
     mixed_steps = True                 # decodes and prompts share a step (paper-v0: prompts only)
     async_scheduling = False           # sim/sched/async_scheduler.py
-    plain_hooks = True                 # run, _may_start, _started, finish are these (set per subclass)
-
-    def __init_subclass__(cls, **kw: object) -> None:
-        """A subclass that overrides a hook gets no compiled finish (``_quiet_steps.c``)."""
-        super().__init_subclass__(**kw)
-        cls.plain_hooks = all(getattr(cls, m) is getattr(Scheduler, m) for m in ("run", "_may_start", "_started", "finish"))
 
     def __init__(
         self,

@@ -7,6 +7,9 @@ number of decoders, pages held) stay locals of the window loop, which reads them
 these helpers maintain the indexes and return the pages to add or take away. ``fin``'s keys
 are also kept in a heap, ``ends``, pruned lazily (:func:`nearest`): a key taken out of ``fin``
 stays in the heap until it is the least.
+
+Compiled by Cython from this source where a C compiler is (``decoders.pxd``; ``setup.py``), else
+it runs as this Python.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from collections.abc import Callable
 from heapq import heappop, heappush
 from operator import attrgetter
 
-from sim.compiled import compiled
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
@@ -91,7 +93,7 @@ def leave(r: Request, buckets: list[list[Request]], paged: bool) -> int:
     return len(r.kv.blocks)
 
 
-def _leave_all(done: list[Request], buckets: list[list[Request]], s1: int, paged: bool) -> tuple[int, int]:
+def leave_all(done: list[Request], buckets: list[list[Request]], s1: int, paged: bool) -> tuple[int, int]:
     """Take finished decoders out (:func:`leave`, in order), each one's counts then moved to the
     real ones (``+ s1``); returns their computed tokens at ``c0`` and their pages, summed."""
     computed = pages = 0
@@ -102,11 +104,6 @@ def _leave_all(done: list[Request], buckets: list[list[Request]], s1: int, paged
         r.num_output += s1
         r.num_tokens += s1
     return computed, pages
-
-
-#: :func:`_leave_all`, compiled where built (``_quiet_steps.leave_all``); tests set it to compare both
-leave_all: Callable[[list[Request], list[list[Request]], int, bool], tuple[int, int]] = \
-    getattr(compiled("sim.engine.fastforward._quiet_steps"), "leave_all", _leave_all)
 
 
 def shift(reqs: list[Request], s: int) -> None:
@@ -137,7 +134,8 @@ def boundary(buckets: list[list[Request]], s1: int, lag: int,
     B = len(buckets)
     bucket = buckets[s1 % B]
     if bucket:
-        cross(bucket, s1 - 1 if lag and register is not None else None)  # type: ignore[misc]
+        assert cross is not None, "a window's decoders hold blocks only where its allocator crosses"
+        cross(bucket, s1 - 1 if lag and register is not None else None)
     if not lag and register is not None:
         filling = buckets[(s1 + 1) % B]
         if filling:

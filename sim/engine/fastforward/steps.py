@@ -1,6 +1,9 @@
 """What a fast-forward window step does around the decoder arithmetic of
 :mod:`sim.engine.fastforward.window`: land a step (free its finished requests, append its
-record)."""
+record).
+
+Compiled by Cython from this source where a C compiler is (``steps.pxd``; ``setup.py``), else it
+runs as this Python."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ from collections.abc import Callable, Generator
 from functools import partial
 from typing import Any
 
-from sim.compiled import compiled
 from sim.cost import StepBatch
 from sim.engine.step import InFlight, StepKernel
 from sim.request import Request
@@ -37,8 +39,9 @@ def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
         k.finish(done, start + dt)
     sched, kv, lin = k.sched, k.kv, k.lin
     running = sched.running
-    if lin is not None:  # KvAllocator.breakdown of a paged pool, without its calls (sim/kv/base.py)
-        pool = k.decode_blocks.pool  # type: ignore[union-attr]
+    blocks = k.decode_blocks
+    if lin is not None and blocks is not None:  # KvAllocator.breakdown of a paged pool, without its calls
+        pool = blocks.pool  # (sim/kv/base.py)
         free_blocks, shared = pool.free_queue.size, pool.shared_excess
         B, used = lin.block_size, lin.usable - free_blocks  # LinearBreakdown.split, inlined (as the window's)
         internal = (used + shared) * B - computed
@@ -52,17 +55,4 @@ def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
     k.busy_s += dt
     k.step += 1
     k.ff_steps += 1
-
-
-
-_C = compiled("sim.engine.fastforward._quiet_steps")
-#: :func:`land`, compiled (``_quiet_steps.land``), for a kernel whose breakdown is linear; None where
-#: the extension was not built (tests set it to None to compare both)
-COMPILED_LAND: Callable[..., None] | None = getattr(_C, "land", None)
-
-
-def lander(k: StepKernel) -> Callable[..., None]:
-    """The :func:`land` a window of ``k`` calls: the compiled one where it applies (not with a
-    ``k.on_done`` hook, which only :meth:`StepKernel.finish` calls)."""
-    return COMPILED_LAND if COMPILED_LAND is not None and k.lin is not None and k.on_done is None else land
 

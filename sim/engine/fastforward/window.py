@@ -44,7 +44,7 @@ from sim.engine.fastforward.pause import Pausing, never, pause
 from sim.engine.fastforward.preempt import preempt_pass, supported, victims
 from sim.engine.fastforward.quiet_steps import bind
 from sim.engine.fastforward.runs import QuietRuns
-from sim.engine.fastforward.steps import NO_PLAN, NONE, NextArrival, Pull, Window, lander, new_batch
+from sim.engine.fastforward.steps import NO_PLAN, NONE, NextArrival, Pull, Window, land, new_batch
 from sim.engine.step import InFlight, StepKernel
 from sim.request import Request
 from sim.sched.plan import StepPlan
@@ -104,7 +104,7 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
     preempts = supported(k, lin is not None)  # a step that preempts stays in the window (preempt.py)
     buckets: list[list[Request]] = [[] for _ in range(B)]
     c0_sum, decoders, pages = index(running, part, fin, ends, buckets, paged)
-    step_cost, bb, breakdown, log_row, land = k.cost.step_time, k.block_bytes, kv.breakdown, k.log.append, lander(k)
+    step_cost, bb, breakdown, log_row = k.cost.step_time, k.block_bytes, kv.breakdown, k.log.append
     own, router = next_due or never, next_arrival or never  # the replica's own inbox's next arrival; a router's
     quiet, due = next_due is not None, own() if next_due is not None else 0.0
     held: int | None = None  # truthy: no admission can run until a pull or a non-quiet step (2: nor a run)
@@ -170,13 +170,13 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
                             continue
                     else:
                         held = 2  # nor a run until what ready() reads changes (a pull, a pause, a non-quiet step)
-                if quick is not None and (t if lag else t + dt) < na:  # compiled quiet steps (quiet_steps.py); no router read due first?
+                if quick is not None and (t if lag else t + dt) < na:  # quiet steps in one call (quiet_steps.py); no router read first?
                     n, s, t, pages, dt, p_plan, p_batch, p_dt, p_start, due, held, qnw, head = quick.take(
                         s, t, pages, c0_sum, decoders, dt, p_plan, p_batch, p_dt, p_start, qnw, head, len(running), due, na, held, cap - len(log))
                     if n:
                         continue
                 if bucket or (sync_reg and buckets[(s1 + 1) % B]):  # else boundary() does nothing
-                    pages += boundary(buckets, s1, lag, cross, register)
+                    pages += boundary(buckets, s1, lag, cross, register) if quick is None else quick.boundary(s1)
                 if dec_n != decoders:
                     dec_time, dec_n = k.decode_time(decoders), decoders
                 ctx = c0_sum + decoders * s1

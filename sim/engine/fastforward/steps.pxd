@@ -1,0 +1,4 @@
+# Cython declarations for steps.py (compiled where a C compiler is: setup.py). The kernel, the
+# plan and the requests stay the objects they are (a scheduler's or an allocator's override runs).
+cpdef land(object k, object lag, object plan, object batch, object dt, object start, list done, object computed,
+           object nw)
