@@ -22,4 +22,4 @@ def band_of(ratio: np.ndarray, n: int, what: str) -> dict[str, Any]:
     return {"optimistic": b.optimistic, "pessimistic": b.pessimistic,
             "optimistic_extrapolated": b.optimistic_extrapolated, "pessimistic_extrapolated": b.pessimistic_extrapolated,
             "basis": f"10th/90th percentile of measured/predicted - 1 on {n} held-out {what} ({inside:.0f} % inside); "
-                     "extrapolated (another GPU or TP than fitted): widened x1.5", "coverage_pct": round(inside, 1)}
+                     "extrapolated (another GPU or TP than fitted, or outside the fitted regime): widened x1.5", "coverage_pct": round(inside, 1)}

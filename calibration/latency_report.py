@@ -178,6 +178,10 @@ def _reading(doc: dict[str, Any]) -> list[str]:
     ]
 
 
+def _ext(b: dict[str, Any]) -> str:
+    return f"{100 * b['optimistic_extrapolated']:+.0f}% / {100 * b['pessimistic_extrapolated']:+.0f}% extrapolated"
+
+
 def write_report(out: Path, root: Path = PROFILES) -> list[Path]:
     """Read the committed fit (calibration/data/stacks.yaml); recompute only the older stacks' row
     predictions (deterministic, seconds) for the plots and side-by-side table."""
@@ -225,7 +229,10 @@ def write_report(out: Path, root: Path = PROFILES) -> list[Path]:
         "The band is the 10th / 90th percentile of measured / predicted - 1 on held-out rows (vllm-v1: "
         "leave-one-run-out stages; vllm-0.6: held-out static batches), so about 80 % of held-out rows fall "
         "inside by construction; the coverage column says how many did. It widens x1.5 where the prediction "
-        "is extrapolated (another GPU, TP or a MoE). `kvsim plan` sizes fleets at the pessimistic edge.",
+        "is extrapolated (another GPU, TP or a MoE, or outside the fitted batch, context or computed-prompt "
+        "range); vllm-v1's extrapolated edges also reach its error on LLM-Inference-Bench's H100 prefill-bound "
+        "static batches (its own stages computed little prefill; `calibration/cross_band.py`): "
+        f"{_ext(doc['stacks']['vllm-v1']['band'])}. `kvsim plan` sizes fleets at the pessimistic edge.",
         "", *coefficient_table(doc["stacks"]), "",
         "## Older stacks: held-out step times (A100-80GB rows not used in fitting)",
         "",

@@ -147,3 +147,25 @@ def test_the_source_left_out_check_uses_nothing_fitted_on_the_source() -> None:
     from statistics import median
     med = median(abs(r["e2e_nofit_s"] / r["e2e_measured_s"] - 1) for r in rows)
     assert f"E2E {100 * med:.1f}%" in line
+
+
+def test_an_extrapolated_band_reaches_the_cross_source_error_and_never_narrows() -> None:
+    from calibration.cross_band import widen
+
+    b = {"optimistic": -0.03, "pessimistic": 0.03, "optimistic_extrapolated": -0.05, "pessimistic_extrapolated": 0.05,
+         "basis": "held out"}
+    w = widen(b, np.array([0.14, 0.25, 0.12]), "rows")
+    assert (w["optimistic"], w["pessimistic"]) == (-0.03, 0.03)                       # inside the fit: unchanged
+    assert w["optimistic_extrapolated"] == -0.05 and w["pessimistic_extrapolated"] == 0.25
+    assert "rows (n=3" in w["basis"] and widen(b, np.array([]), "rows") == b
+    assert widen(b, np.array([-0.5, 0.01]), "x")["optimistic_extrapolated"] == -0.5
+
+
+def test_the_committed_v1_bands_cover_the_prefill_bound_cross_check() -> None:
+    import yaml
+
+    from sim.cost.stack import STACKS_PATH
+
+    v1 = yaml.safe_load(STACKS_PATH.read_text())["stacks"]["vllm-v1"]
+    for k in ("band", "band_e2e", "band_ttft"):
+        assert "prefill-bound" in v1[k]["basis"] and v1[k]["pessimistic_extrapolated"] >= 0.13
