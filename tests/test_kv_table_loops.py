@@ -195,7 +195,7 @@ def test_the_loops_refuse_what_they_cannot_read() -> None:
     with pytest.raises(IndexError):
         kv.register_decoded_blocks(reqs[:1], 0)
     with pytest.raises(ValueError, match="block_size must be positive"):
-        table_loops.register_decoded(reqs, 0, 0, kv.pool.block_hash, UNPUBLISHED, kv._register_decoded_one)
+        table_loops.register_decoded(reqs, 0, 0, kv.pool.block_hash, UNPUBLISHED, kv.register_full_blocks)
 
 
 def test_an_allocator_copies_and_pickles() -> None:

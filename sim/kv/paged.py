@@ -167,7 +167,7 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         if self._crosses and not pool.dups and not pool.observed:
             fq = pool.free_queue
             evicted = cross(reqs, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache, UNPUBLISHED,
-                            ahead, self.block_size, UNPUBLISHED if self.lazy_unique else None, self._register_decoded_one)
+                            ahead, self.block_size, UNPUBLISHED if self.lazy_unique else None, self.register_full_blocks)
             fq.size -= len(reqs)
             pool.evictions += evicted
             return
@@ -185,7 +185,7 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
             return None
         pool, fq = self.pool, self.pool.free_queue
         return (cross, fq, pool, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache,
-                UNPUBLISHED, self.block_size, UNPUBLISHED if self.lazy_unique else None, self._register_decoded_one)
+                UNPUBLISHED, self.block_size, UNPUBLISHED if self.lazy_unique else None, self.register_full_blocks)
 
     def append_blocks(self, steps: list[list[Request]], n: int) -> None:
         if not self.plain_methods:  # the same pops, through append_block (a subclass's override)

@@ -58,26 +58,7 @@ class PrefixRegistration:
         """:meth:`register_full_blocks` up to ``num_computed_tokens + ahead`` for each request
         (fast-forward: decoders whose last block fills this step; one call per step)."""
         register_decoded(reqs, ahead, self.block_size, self.pool.block_hash, UNPUBLISHED if self.lazy_unique else None,
-                         self._register_decoded_one)
-
-    def _register_decoded_one(self, r: Request, upto: int) -> None:
-        """:meth:`register_decoded_blocks` for one request the loop did not mark
-        (:func:`~sim.kv.table_loops.register_decoded`)."""
-        table = r.kv
-        j = table.num_registered
-        bh = self.pool.block_hash
-        if r.content is None and not self.lazy_unique and upto // self.block_size == j + 1 \
-                and bh[table.blocks[j]] is None:
-            b = table.blocks[j]  # one unique block: == register_full_blocks, inlined
-            cache = self.pool.cache
-            key = bh[b] = -(r.uid * UNIQUE_BASE + j + 1)
-            if key in cache:
-                self.pool.dups.setdefault(key, []).append(b)
-            else:
-                cache[key] = b
-            table.num_registered = j + 1
-        else:
-            self.register_full_blocks(r, upto)
+                         self.register_full_blocks)
 
     def register_full_blocks(self, req: Request, num_tokens: int) -> None:
         """Publish the blocks that ``num_tokens`` tokens fill to the prefix cache (schedule time).
@@ -97,14 +78,8 @@ class PrefixRegistration:
         table.num_registered = full
         if full == j0 + 1 and req.content is None:  # one unique block: the decode hot path
             b = table.blocks[j0]
-            bh = self.pool.block_hash
-            if bh[b] is None:
-                key = bh[b] = -(req.uid * UNIQUE_BASE + j0 + 1)  # unique_key(uid, j0)
-                cache = self.pool.cache
-                if key in cache:  # the request's own block from before a preemption
-                    self.pool.dups.setdefault(key, []).append(b)
-                else:
-                    cache[key] = b
+            if self.pool.block_hash[b] is None:  # (a duplicate: its own block from before a preemption)
+                self.pool.cache_block(b, -(req.uid * UNIQUE_BASE + j0 + 1))  # unique_key(uid, j0)
             return
         pool = self.pool
         blocks, bh, cache = table.blocks, pool.block_hash, pool.cache
