@@ -77,8 +77,8 @@ def fit_vllm_v1(root: Path = RUNS, *, window_s: float | None = 150.0, stages: li
         for k in ("band", "band_e2e", "band_ttft"):
             entry[k] = widen(entry[k], cross, what)
         bare = write_profile(Path(tmp) / "bare.yaml", "vllm-v1-bare", no_fit(entry))
-        for row, s in zip(rows, [r.stage for r in fit.results], strict=True):
-            r = replay(s, str(bare), window_s=window_s)
+        for row, res in zip(rows, fit.results, strict=True):
+            r = replay(res.stage, str(bare), window_s=window_s)
             row["e2e_nofit_s"], row["ttft_nofit_s"] = round(r.e2e_mean, 4), round(r.ttft_mean, 5)
         if over:
             entry["overloaded"] = []

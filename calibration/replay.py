@@ -110,11 +110,18 @@ def stage_trace(st: Stage, rng: np.random.Generator, window_s: float | None = No
     if st.groups > 0 and st.system_prompt_len >= BLOCK:
         grp = rng.integers(0, st.groups, n)
         shared = st.system_prompt_len // BLOCK
-        cols["hash_ids"] = [[int(g) * 1_000 + j for j in range(min(shared, -(-int(p) // BLOCK)))]
-                            + [1_000_000 + i * 4_096 + j for j in range(max(0, -(-int(p) // BLOCK) - shared))]
+        cols["hash_ids"] = [prompt_blocks(int(g), i, int(p), shared)
                             for i, (g, p) in enumerate(zip(grp, prompt, strict=True))]
         cols["tokens_per_hash"] = BLOCK
     return Trace(validate(pd.DataFrame(cols), st.key), st.key, "replay")
+
+
+def prompt_blocks(group: int, prompt: int, tokens: int, shared: int) -> list[int]:
+    """Mooncake-style hash ids of a prompt of ``tokens`` tokens: its first ``shared`` blocks its
+    group's system prompt (shared by the group), the rest its own (``prompt``: which one)."""
+    n = -(-tokens // BLOCK)
+    return [group * 1_000 + b for b in range(min(shared, n))] + \
+        [1_000_000 + prompt * 4_096 + b for b in range(max(0, n - shared))]
 
 
 def _outputs(st: Stage, rng: np.random.Generator, n: int, outputs: str) -> np.ndarray:
@@ -130,13 +137,7 @@ def _cycled_trace(st: Stage, rng: np.random.Generator, arrival: np.ndarray, outp
     plen = np.maximum(1, np.rint(_inverse_cdf(st.prompt_q, rng.random(k)))).astype(np.int64)
     order = rng.permutation(k)
     shared = st.system_prompt_len // BLOCK
-
-    def blocks(j: int) -> list[int]:
-        n_blk, g = -(-int(plen[j]) // BLOCK), j // st.prompts_per_group
-        return [g * 1_000 + b for b in range(min(shared, n_blk))] + \
-            [1_000_000 + j * 4_096 + b for b in range(max(0, n_blk - shared))]
-
-    ids = [blocks(j) for j in range(k)]
+    ids = [prompt_blocks(j // st.prompts_per_group, j, int(plen[j]), shared) for j in range(k)]
     sent = order[np.arange(len(arrival)) % k]
     cols: dict[str, Any] = dict(arrival_s=arrival, prompt_tokens=plen[sent],
                                 output_tokens=_outputs(st, rng, len(arrival), outputs),

@@ -3,8 +3,8 @@
 A stack fitted end to end (``calibration/era_fit.py``) is only "fitted" where its stages' replays
 went: the GPU, the TP degrees, dense or MoE models, and the ranges of batch size (requests in
 flight over time), context (prompt + output tokens of a request) and prompt tokens computed (less
-a prefix-cache hit) those replays covered (their 5th to 95th percentiles, the ``regime:`` block of ``calibration/data/stacks.yaml``). After
-a run, :func:`check_run` compares the run's own 95th percentiles against the fitted upper edges
+a prefix-cache hit) those replays covered (their 5th to 95th percentiles, the ``regime:`` block
+of ``calibration/data/stacks.yaml``). After a run, :func:`check_run` compares the run's own 95th percentiles against the fitted upper edges
 and says what was extrapolated and how far. Only the upper edge is checked: below it a step is
 dominated by reading the weights once, which the kernel basis measures directly; above it the
 token and attention terms grow past anything the stack's coefficients were fitted on.
