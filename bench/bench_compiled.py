@@ -24,13 +24,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
+from bench_engine import CONFIG, TRACE_IN_DATA
 from record import compiled_loops, cython_modules, emit
 
-TRACE_IN_DATA = ("traces", "azure_llm_2023", "AzureLLMInferenceTrace_conv.csv")
-CONFIG: dict[str, Any] = dict(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
-                              block_size=16, max_model_len=4096)
 MARK = "BENCH_COMPILED "
 
 

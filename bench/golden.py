@@ -120,22 +120,22 @@ def diff(a: Path, b: Path) -> int:
 
 
 def frames(data: Path | None) -> int:
-    """The 70B replay of ``bench_compiled.py`` (the whole Azure conversation trace): one hash of
+    """The 70B replay of ``bench_engine.py`` (the whole Azure conversation trace): one hash of
     its requests and steps frames, every value, to compare two builds of a refactor."""
     import hashlib
     import time
 
+    from bench_engine import CONFIG, TRACE_IN_DATA  # issue 19's 70B replica
     from pandas.util import hash_pandas_object
 
     from sim import make_config, simulate
     from workloads.loader import load_trace
 
-    path = data / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv" if data else None
+    path = data.joinpath(*TRACE_IN_DATA) if data else None
     if path is None or not path.is_file():
         print(f"golden.py frames: skipped (no trace: {path or 'set KVSIM_DATA or pass --data'})")
         return 0
-    cfg = make_config(model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=2, max_num_seqs=128,
-                      block_size=16, max_model_len=4096)
+    cfg = make_config(**CONFIG)
     trace = load_trace(path)
     t0 = time.perf_counter()
     res = simulate(cfg, trace)
