@@ -55,9 +55,13 @@ def side(compiled: bool, a: argparse.Namespace, path: Path) -> tuple[float, int]
     env = {k: v for k, v in os.environ.items() if k != "KVSIM_PURE_PYTHON"}
     if not compiled:
         env["KVSIM_PURE_PYTHON"] = "1"
-    out = subprocess.run([sys.executable, __file__, "--worker", "--what", a.what, "--trace", str(path),
-                          "--limit", str(a.limit)], env=env, capture_output=True, text=True, check=True).stdout
-    wall, n = json.loads(next(x for x in out.splitlines() if x.startswith(MARK))[len(MARK):])
+    p = subprocess.run([sys.executable, __file__, "--worker", "--what", a.what, "--trace", str(path),
+                        "--limit", str(a.limit)], env=env, capture_output=True, text=True)
+    got = [x for x in p.stdout.splitlines() if x.startswith(MARK)]
+    if p.returncode != 0 or not got:
+        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"bench_compiled: the {'compiled' if compiled else 'pure-Python'} run failed: {last}")
+    wall, n = json.loads(got[0][len(MARK):])
     return float(wall), int(n)
 
 
