@@ -20,6 +20,7 @@ import pytest
 
 from sim.kv import table_loops
 from sim.kv.block_pool import UNPUBLISHED
+from sim.kv.hashing import UNIQUE_BASE
 from sim.kv.paged import PagedAllocator
 from tests.helpers import BUNDLED, freed_tables, mooncake_slice, req
 from workloads import load_trace
@@ -183,7 +184,7 @@ def test_a_map_that_logs_what_enters_and_leaves_sees_every_publish_and_probe() -
     kv.free(reqs[2])  # not finished: a preemption, its marked blocks published
     hits = kv.get_computed_blocks(reqs[2])
     assert len(events) == 2 and len(hits) == 2, "two blocks published (stored, logged) and hit"
-    assert dict(kv.pool.cache) == {-(2 * (1 << 24) + 1 + j): b for j, b in enumerate(hits)}
+    assert dict(kv.pool.cache) == {-(2 * UNIQUE_BASE + 1 + j): b for j, b in enumerate(hits)}
 
 
 def test_the_loops_refuse_what_they_cannot_read() -> None:

@@ -12,11 +12,16 @@ A prompt named by hash ids whose span is a whole number of blocks is keyed per h
 intern per id) and per block arithmetically, in a range of its own (``HASH_IDS``)::
 
     H(h)   = intern(("h", H(h - 1), id[h], tokens_per_hash))
-    key(j) = HASH_IDS + H * 2**16 + (i + H) % 2**16     (H = H(j // bph), i = j % bph, bph = tokens_per_hash // B)
+    key(j) = HASH_IDS + H * 2**16 + (i + SPREAD * H) % 2**16   (H = H(j // bph), i = j % bph, bph = tokens_per_hash // B)
 
-Block ``i`` sits at ``i + H``, not ``i``, in the low bits: a dict indexes a key by its low bits
-(an int hashes to itself), so with ``i`` alone every id's blocks would crowd ``bph`` slots (the
-probes of every registration, lookup and eviction of such a block several times longer).
+Both are spread over their low bits on purpose. A dict indexes a key by its low bits (an int
+hashes to itself), and a collision costs a probe at a random address of a large table: the
+registrations, lookups and evictions of a long-context trace are bound by those probes. So
+block ``i`` of an id sits at ``i + SPREAD * H`` (the golden-ratio multiplier: consecutive ids
+start far apart), not at ``i`` (every id's blocks on the same ``bph`` slots) nor ``i + H`` (the
+next ids' blocks on the same slots, shifted by one); and ``UNIQUE_BASE`` is odd, not a power of
+two, so block ``j`` of two requests does not land on one slot. Keys are compared, never
+ordered: another spread changes no output, only the time (``bench/bench_pd.py``).
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from __future__ import annotations
 from sim.kv.block_table import BlockTable
 from sim.request import Content, Request
 
-UNIQUE_BASE = 1 << 24  # blocks per request addressable by the unique-content keys
+UNIQUE_BASE = 0x9E3779B1  # > the blocks a request can have; odd (the module docstring)
 HASH_IDS = 1 << 48  # keys of blocks named by hash ids (BlockHasher._hash_ids) start here, above interned ones
 LOW = (1 << 16) - 1  # such a key's block part (its low bits)
+SPREAD = 0x9E37  # odd, about 2**16 / golden ratio (the module docstring)
 
 
 def unique_key(uid: int, j: int) -> int:
@@ -128,7 +134,7 @@ class BlockHasher:
                 key = ("h", H, ids[h], tph)
                 H = intern.setdefault(key, len(intern) + 1)
             n = min(bph - i, upto - j)
-            base, o = HASH_IDS + (H << 16), (i + H) & LOW
+            base, o = HASH_IDS + (H << 16), (i + H * SPREAD) & LOW
             if o + n <= LOW + 1:
                 hashes.extend(range(base + o, base + o + n))
             else:  # wraps around in the low bits
