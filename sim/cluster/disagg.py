@@ -39,8 +39,9 @@ from sim.engine.replica import Replica
 from sim.engine.sleep import sleep_until
 from sim.errors import ConfigError
 from sim.frontend.ingress import Ingress
-from sim.frontend.stage import enter, fleet_frontend, leave, no_frontend, step_ends, with_columns
+from sim.frontend.stage import enter, fleet_frontend, leave, no_frontend, with_columns
 from sim.io.ingest import make_requests
+from sim.io.records import record_ends, stacked_frame
 from sim.io.results import request_frame
 from sim.kv.base import cdiv
 from sim.kv.hashing import BlockHasher
@@ -240,8 +241,8 @@ class ClusterRun:
         return False
 
     def _result(self) -> ClusterResult:
-        fe, ing, frames = self.fe, self.ing, [rep.log.frame() for rep in self.reps]
-        ends = [step_ends(s) for s in frames]  # each instance's; a request's tokens after its first: its decode one's
+        fe, ing, recs = self.fe, self.ing, [rep.log.records() for rep in self.reps]
+        ends = [record_ends(a) for a in recs]  # each instance's; a request's tokens after its first: its decode one's
         api = leave(self.sent, fe, ing, ends, self.instance) if fe is not None and ing is not None \
             else no_frontend(self.sent)
         frame = with_columns(request_frame(self.sent), api)
@@ -261,13 +262,9 @@ class ClusterRun:
         frame["prefill_start_s"], frame["prefill_done_s"] = start, done  # on its prefill instance
         frame["transfer_s"], frame["kv_wait_s"] = xfer, wait
         frame["replica"] = self.instance
-        steps, end = [], self.env.now  # the run's end: its last step's, or the clock's if later
-        for k, s in enumerate(frames):
-            s.insert(0, "instance", np.full(len(s), k, dtype=np.int64))
-            s["receiving_slots"] = self._receiving(k, ends[k])
-            end = max(end, float(ends[k].max())) if len(ends[k]) else end
-            steps.append(s)
-        return ClusterResult(frame, pd.concat(steps, ignore_index=True), [i.name for i in self.spec.instances],
+        steps = stacked_frame(recs, receiving_slots=np.concatenate([self._receiving(k, e) for k, e in enumerate(ends)]))
+        end = max([self.env.now, *(float(e.max()) for e in ends if len(e))])  # the last step's, or the clock's if later
+        return ClusterResult(frame, steps, [i.name for i in self.spec.instances],
                              [i.role for i in self.spec.instances], self.links,
                              {k: c.receiving for k, c in self.receivers.items()},
                              sum(c.blocked for c in self.receivers.values()), end)

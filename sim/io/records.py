@@ -188,8 +188,22 @@ class StepLog:
         if ends is not None:  # (StepRow: start_s, duration_s at 1, 2)
             ends.append(np.array([r[1] + r[2] for r in self.rows[a:b]], np.float64))
 
-    def frame(self) -> pd.DataFrame:
+    def records(self) -> np.ndarray:
+        """Every record held, as one STEP_DTYPE array (the log keeps holding them)."""
         a = self._merge()
-        if a is None:
-            a = np.empty(0, STEP_DTYPE)
+        return np.empty(0, STEP_DTYPE) if a is None else a
+
+    def frame(self) -> pd.DataFrame:
+        a = self.records()
         return pd.DataFrame({name: a[name] for name in STEP_COLUMNS})
+
+
+def stacked_frame(parts: list[np.ndarray], **extra: np.ndarray) -> pd.DataFrame:
+    """Several replicas' records as one frame: ``instance`` (the part's index), the record
+    fields, then ``extra``'s columns (one value a record, in the parts' order). One copy into
+    the frame, not a frame a replica and a concatenation of them."""
+    a = concat_steps(parts) if parts else np.empty(0, STEP_DTYPE)
+    cols = {"instance": np.repeat(np.arange(len(parts), dtype=np.int64), [len(p) for p in parts])}
+    cols.update((name, a[name]) for name in STEP_COLUMNS)
+    cols.update(extra)
+    return pd.DataFrame(cols)
