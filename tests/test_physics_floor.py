@@ -123,7 +123,7 @@ def test_expert_parallel_waits_for_the_busiest_gpu() -> None:
     m = resolve_model("mixtral-8x7b")
 
     def weights_read(k: int, mm: int, times: int, wb: float) -> tuple[float, ...]:  # a GEMM that only reads
-        return (0.0, 0.0, times * k * mm * wb, 0.0, 0.0)
+        return (0.0, 0.0, 0.0, times * k * mm * wb, 0.0, 0.0)
 
     tp, ep = (build_moe(m, 2, e, weights_read) for e in (False, True))
     assert tp is not None and ep is not None

@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from sim.cost.kernel_tables import describe, kernel_tables
-from sim.cost.moe import MoeCost, build_moe, moe_layers
+from sim.cost.moe import Line, MoeCost, build_moe, line_time, moe_layers
 from sim.cost.roofline import allreduce_time
 from sim.cost.sources import Term
 from sim.cost.table_basis import TableBasis
@@ -35,7 +35,6 @@ from sim.model.catalog import GpuSpec, ModelSpec
 
 ETA_BW, ETA_C = 0.9, 0.8  # roofline fallback for a term no file covers (H200 measurement, specs.md)
 GEMM_KEYS = ("c0", "c_w", "c_act", "c_fl", "c_roof")
-Line = tuple[float, float, float, float, float]
 Attn = tuple[float, float, float, float, float, float]
 
 
@@ -72,7 +71,7 @@ def elementwise(model: ModelSpec, gpu: GpuSpec, tp: int, elem: Term | None) -> t
 class FitKernels:
     """Kernel time from operator fits (GEMM, attention, all-reduce lines of ``sources.py``)."""
 
-    __slots__ = ("_analytic_ar", "_e0", "_e1", "_gemms", "_gpu", "_lm", "_model", "_moe", "_tp", "attn", "slab")
+    __slots__ = ("_analytic_ar", "_e0", "_e1", "_gemms", "_gpu", "_lm", "_model", "_tp", "attn", "moe", "slab")
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, terms: dict[str, Term | None],
                  expert_parallel: bool = False) -> None:
@@ -88,8 +87,8 @@ class FitKernels:
         gemm = terms["gemm"]
         self._gemms = tuple(self._line(gemm, k, mm, n) for k, mm, n in shapes if n)
         self._lm = self._line(gemm, m.hidden, m.vocab // tp, 1)
-        self._moe: MoeCost | None = build_moe(m, tp, expert_parallel,
-                                              lambda k, mm, n, wb: self._line(gemm, k, mm, n, wb))
+        self.moe: MoeCost | None = build_moe(m, tp, expert_parallel,  # the expert MLPs (None: dense)
+                                             lambda k, mm, n, wb: self._line(gemm, k, mm, n, wb))
         self._e0, self._e1 = elementwise(m, gpu, tp, terms["elementwise"])
         ar = terms["allreduce"]
         if tp > 1 and ar is not None:
@@ -98,32 +97,27 @@ class FitKernels:
         self._analytic_ar = tp > 1 and ar is None
 
     def _line(self, gemm: Term | None, k: int, mm: int, times: int, weight_bytes: float | None = None) -> Line:
-        """(c, slope, r_w, r_n, r_f): time(n) = times x (c + slope n + max(r_w + r_n n, r_f n)).
-        ``weight_bytes`` per weight (a quantized expert); activations stay in the model dtype."""
+        """(c, c_w, slope, r_w, r_n, r_f), all x ``times`` (:func:`sim.cost.moe.line_time`): the fit's
+        fixed cost, its two weight-byte terms, its activation and FLOP terms. ``weight_bytes`` per
+        weight (a quantized expert); activations stay in the model dtype."""
         nb, bw, fl = self._model.dtype_bytes, self._gpu.bandwidth_bps, self._gpu.flops
         w, act, flops = k * mm * (nb if weight_bytes is None else weight_bytes), (k + mm) * nb, 2.0 * k * mm
         if gemm is None:
-            return (0.0, 0.0, times * w / (ETA_BW * bw), times * act / (ETA_BW * bw), times * flops / (ETA_C * fl))
+            return (0.0, 0.0, 0.0, times * w / (ETA_BW * bw), times * act / (ETA_BW * bw), times * flops / (ETA_C * fl))
         c = [gemm.coef.get(x, 0.0) for x in GEMM_KEYS]
-        return (times * (c[0] + c[1] * w), times * (c[2] * act + c[3] * flops),
+        return (times * c[0], times * c[1] * w, times * (c[2] * act + c[3] * flops),
                 times * c[4] * w / bw, times * c[4] * act / bw, times * c[4] * flops / fl)
 
-    @staticmethod
-    def _at(g: Line, n: int) -> float:
-        c, s, rw, rn, rf = g
-        a, b = rw + rn * n, rf * n
-        return c + s * n + (a if a > b else b)
-
     def tokens(self, n: int) -> float:
-        t = self._e0 + self._e1 * n + sum(self._at(g, n) for g in self._gemms)
-        if self._moe is not None:
-            t += self._moe.time(n)
+        t = self._e0 + self._e1 * n + sum(line_time(g, n) for g in self._gemms)
+        if self.moe is not None:
+            t += self.moe.time(n)
         if self._analytic_ar:
             t += allreduce_time(self._model, self._gpu, self._tp, n)
         return t
 
     def head(self, seqs: int) -> float:
-        return self._at(self._lm, seqs)
+        return line_time(self._lm, seqs)
 
 
 class TableKernels:
