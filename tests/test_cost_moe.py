@@ -56,7 +56,8 @@ def test_a_fused_moe_kernel_pays_every_weight_byte_term_per_expert_touched() -> 
     mix = resolve_model("mixtral-8x7b")
 
     def linear_in_weights(k: int, mm: int, times: int, wb: float) -> tuple[float, ...]:  # c_w only
-        return (0.0, times * k * mm * wb * 1e-12, 0.0, 0.0, 0.0, 0.0)
+        cw = times * k * mm * wb * 1e-12
+        return (cw, cw, 0.0, 0.0, 0.0, 0.0)  # (the fixed cost holds one read's c_w: line_time)
 
     moe = build_moe(mix, 4, False, linear_in_weights)
     assert moe is not None

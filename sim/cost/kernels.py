@@ -98,14 +98,15 @@ class FitKernels:
 
     def _line(self, gemm: Term | None, k: int, mm: int, times: int, weight_bytes: float | None = None) -> Line:
         """(c, c_w, slope, r_w, r_n, r_f), all x ``times`` (:func:`sim.cost.moe.line_time`): the fit's
-        fixed cost, its two weight-byte terms, its activation and FLOP terms. ``weight_bytes`` per
+        fixed cost with one read's linear weight term, that term alone, the activation and FLOP
+        terms, and the roofline's weight, activation and FLOP reads. ``weight_bytes`` per
         weight (a quantized expert); activations stay in the model dtype."""
         nb, bw, fl = self._model.dtype_bytes, self._gpu.bandwidth_bps, self._gpu.flops
         w, act, flops = k * mm * (nb if weight_bytes is None else weight_bytes), (k + mm) * nb, 2.0 * k * mm
         if gemm is None:
             return (0.0, 0.0, 0.0, times * w / (ETA_BW * bw), times * act / (ETA_BW * bw), times * flops / (ETA_C * fl))
         c = [gemm.coef.get(x, 0.0) for x in GEMM_KEYS]
-        return (times * c[0], times * c[1] * w, times * (c[2] * act + c[3] * flops),
+        return (times * (c[0] + c[1] * w), times * c[1] * w, times * (c[2] * act + c[3] * flops),
                 times * c[4] * w / bw, times * c[4] * act / bw, times * c[4] * flops / fl)
 
     def tokens(self, n: int) -> float:

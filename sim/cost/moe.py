@@ -51,13 +51,14 @@ def line_time(ln: Line, rows: float, weights: float = 1.0) -> float:
     """Seconds of a GEMM line (``FitKernels._line``) over ``rows`` rows that reads its weight matrix
     ``weights`` times (a fused MoE kernel: once per expert touched)::
 
-        c + weights c_w + slope rows + max(weights r_w + r_n rows, r_f rows)
+        c + (weights - 1) c_w + slope rows + max(weights r_w + r_n rows, r_f rows)
 
-    ``c`` is the fit's fixed cost, ``c_w`` and ``r_w`` its two weight-byte terms (linear and roofline).
+    ``c`` is the fit's fixed cost with one read's linear weight term ``c_w`` in it, ``r_w`` the
+    roofline's weight read (read once, the sum is the dense GEMM's, bit for bit).
     """
     c, cw, s, rw, rn, rf = ln
     a, b = weights * rw + rn * rows, rf * rows
-    return c + weights * cw + s * rows + (a if a > b else b)
+    return c + (weights - 1.0) * cw + s * rows + (a if a > b else b)
 
 
 def distinct_experts(tokens: float, experts: int, top_k: int) -> float:
@@ -147,8 +148,8 @@ def build_moe(model: ModelSpec, tp: int, expert_parallel: bool, line_of: LineOf)
     per = 1.0 / ep  # each GPU gets 1 / ep of the routed rows; its weight reads go by its touched experts
 
     def scaled(ln: Line) -> Line:
-        c, cw, s, rw, rn, rf = ln
-        return (c * per, cw, s * per, rw, rn * per, rf * per)
+        c, cw, s, rw, rn, rf = ln  # (c holds one read's c_w: each GPU reads its own experts whole)
+        return ((c - cw) * per + cw, cw, s * per, rw, rn * per, rf * per)
 
     up, down = scaled(line_of(h, 2 * f_gpu, L, wb)), scaled(line_of(f_gpu, h, L, wb))
     nb = model.dtype_bytes
