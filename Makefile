@@ -8,7 +8,10 @@ PIP    := $(PY) -m pip
 
 .PHONY: demo test lint bench clean
 
-$(VENV)/.base: pyproject.toml setup.py $(wildcard sim/*/*.pxd sim/*/*/*.pxd) sim/cost/decode_time.py sim/io/step_fold.py sim/io/fill.py sim/engine/fastforward/run_layout.py sim/kv/free_queue.py sim/kv/block_pool.py sim/kv/block_table.py sim/kv/margin.py sim/kv/table_loops.py sim/sched/waiting_pass.py sim/engine/step_batch.py sim/engine/fastforward/decoders.py sim/engine/fastforward/steps.py sim/engine/fastforward/quiet_steps.py
+# (the compiled modules' sources: pyproject.toml's one list)
+COMPILED := $(shell $(PYTHON) -c "import tomllib; print(' '.join(m.replace('.', '/') + '.py' for m in tomllib.load(open('pyproject.toml', 'rb'))['tool']['kvsim']['compiled']))")
+
+$(VENV)/.base: pyproject.toml setup.py $(wildcard sim/*/*.pxd sim/*/*/*.pxd) $(COMPILED)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e .

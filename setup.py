@@ -1,8 +1,9 @@
 """The compiled extensions (metadata and everything else: pyproject.toml). All optional: without a
 C compiler (or Cython) ``pip install`` still succeeds and the modules run as Python.
 
-The modules in ``CYTHON`` are compiled by Cython from their own ``.py`` source, typed by the
-``.pxd`` beside it (issue 51: one implementation, no hand-written C); the same ``.py`` runs as
+The modules in ``CYTHON`` (pyproject.toml's ``[tool.kvsim] compiled``) are compiled by Cython from
+their own ``.py`` source, typed by the ``.pxd`` beside it where there is one (issue 51: one
+implementation, no hand-written C); the same ``.py`` runs as
 plain Python where nothing was built, or with ``KVSIM_PURE_PYTHON`` set (:mod:`sim.compiled`).
 ``KVSIM_NO_CYTHON`` (any non-empty value) at build time leaves them uncompiled.
 
@@ -13,14 +14,13 @@ the one Python computes.
 from __future__ import annotations
 
 import os
+import tomllib
+from pathlib import Path
 
 from setuptools import Extension, setup
 
 NO_FMA = ["-ffp-contract=off"]
-CYTHON = ["sim.cost.decode_time", "sim.io.step_fold", "sim.io.fill", "sim.engine.fastforward.run_layout",
-          "sim.kv.free_queue", "sim.kv.block_pool", "sim.kv.block_table", "sim.kv.margin", "sim.kv.table_loops",
-          "sim.sched.waiting_pass", "sim.engine.step_batch", "sim.engine.fastforward.decoders",
-          "sim.engine.fastforward.steps", "sim.engine.fastforward.quiet_steps"]
+CYTHON: list[str] = tomllib.loads((Path(__file__).parent / "pyproject.toml").read_text())["tool"]["kvsim"]["compiled"]
 DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": True, "embedsignature": True}
 
 

@@ -29,18 +29,13 @@ PREFIX = "RECORD "
 
 
 def cython_modules() -> list[tuple[str, Any]]:
-    """The modules compiled by Cython from their own source (``setup.py``), as ``(name, module)``."""
-    from sim.cost import decode_time
-    from sim.engine import step_batch
-    from sim.engine.fastforward import decoders, quiet_steps, run_layout, steps
-    from sim.io import fill, step_fold
-    from sim.kv import block_pool, block_table, free_queue, margin, table_loops
-    from sim.sched import waiting_pass
+    """The modules compiled by Cython from their own source (pyproject.toml's ``[tool.kvsim]
+    compiled``, which ``setup.py`` builds), as ``(name, module)``: the name without ``sim.``."""
+    import importlib
+    import tomllib
 
-    return [("pool", block_pool), ("free_queue", free_queue), ("step_fold", step_fold), ("run_layout", run_layout),
-            ("decode_time", decode_time), ("admit", waiting_pass), ("fill", fill),
-            ("tables", table_loops), ("margin", margin), ("block_table", block_table), ("quiet_steps", quiet_steps),
-            ("land", steps), ("batch", step_batch), ("leave", decoders)]
+    names = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["tool"]["kvsim"]["compiled"]
+    return [(n.removeprefix("sim."), importlib.import_module(n)) for n in names]
 
 
 def compiled_loops() -> list[str]:

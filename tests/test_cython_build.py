@@ -19,4 +19,6 @@ def test_a_compiled_module_is_not_older_than_its_source(name: str) -> None:
         pytest.skip(f"{module.__name__} is not compiled here (no build, or KVSIM_PURE_PYTHON set)")
     built = Path(module.__file__ or "")
     for src in (built.with_name(module.__name__.rpartition(".")[2] + ext) for ext in (".py", ".pxd")):
+        if src.suffix == ".pxd" and not src.exists():
+            continue  # (compiled as it is, untyped)
         assert built.stat().st_mtime >= src.stat().st_mtime, f"{built.name} is older than {src.name}: rebuild"

@@ -263,7 +263,7 @@ class ClusterRun:
         frame["transfer_s"], frame["kv_wait_s"] = xfer, wait
         frame["replica"] = self.instance
         steps = stacked_frame(recs, receiving_slots=np.concatenate([self._receiving(k, e) for k, e in enumerate(ends)]))
-        end = max([self.env.now, *(float(e.max()) for e in ends if len(e))])  # the last step's, or the clock's if later
+        end = max([self.env.now] + [float(e.max()) for e in ends if len(e)])  # the last step's, or the clock's if later
         return ClusterResult(frame, steps, [i.name for i in self.spec.instances],
                              [i.role for i in self.spec.instances], self.links,
                              {k: c.receiving for k, c in self.receivers.items()},
