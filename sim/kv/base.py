@@ -89,13 +89,17 @@ class FreeCount(Protocol):
 
 
 class PoolView(Protocol):
-    """The two pool counters fast-forward reads on every bulk step (attributes, not calls)."""
+    """The two pool counters fast-forward reads on every bulk step (attributes, not calls), and
+    the ref counts by block that a step which preempts reads (its victims' freed blocks)."""
 
     @property
     def free_queue(self) -> FreeCount: ...
 
     @property
     def shared_excess(self) -> int: ...
+
+    @property
+    def ref(self) -> list[int]: ...
 
 
 class LinearBreakdown(NamedTuple):

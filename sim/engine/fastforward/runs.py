@@ -65,7 +65,9 @@ class QuietRuns:
         self.register, self.cross_boundary = register, cross_boundary
         self.pausing = pausing  # None: not pausable (the window ends or hands over at the router)
         self.lazy = pausing is not None and pausing.lazy  # the router's reads need no pause (pause.py)
-        self.blocks: DecodeBlocks = k.decode_blocks  # type: ignore[assignment]  # runs: a paged allocator
+        blocks = k.decode_blocks
+        assert blocks is not None, "quiet runs: a paged allocator's decoders"
+        self.blocks: DecodeBlocks = blocks
         self.fq, self.bulk = self.blocks.pool.free_queue, bool(lag) and self.blocks.lazy_unique
         self.min_run = MIN_RUN  # the window's gates read it here (tests lower the module's)
         self.key: tuple[Any, ...] | None = None
@@ -126,7 +128,9 @@ class QuietRuns:
         self.due, self.na = due, na
         n = off - off0
         if n:
-            decoders, c0_sum = self.key[0], self.key[1]  # type: ignore[index]
+            key = self.key
+            assert key is not None, "a run taken: its key is set"
+            decoders, c0_sum = key[0], key[1]
             self.t, self.pages, self.ctx = self.T[off], self._p(off), c0_sum + decoders * (self.s0 + off)
             self.p_start, self.p_dt = self.T[off - 1], self.dt[off - 1]
         return n
@@ -164,7 +168,9 @@ class QuietRuns:
         """The computed tokens the decoders' virtual counts lack at instant ``t`` of a lazy run
         (what :func:`~sim.engine.fastforward.pause.pause` would set then: its ``s`` steps done,
         sync ``i - 1`` and async ``i`` for the first step end ``T[i] >= t``)."""
-        return (self.s0 + bisect_left(self.T, t) - 1 + self.lag) * self.key[3]  # type: ignore[index]
+        key = self.key
+        assert key is not None, "a run laid out: its key is set"
+        return (self.s0 + bisect_left(self.T, t) - 1 + self.lag) * key[3]
 
     def _build(self, s: int, t: float, decoders: int, c0_sum: int, pages: int, fin: dict[int, Any], due: float,
                na: float, p_start: float, p_dt: float, key: tuple[Any, ...]) -> bool:

@@ -138,8 +138,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
         slack = (fq.size if fq is not None else kv.num_free_blocks) - len(bucket)
         out = None  # the running pass's victims when this step preempts
         if decoders > max_batched or (slack < 0 and (
-                not preempts or part is not None
-                or (out := victims(running, bucket, p_done, fq.size, pool.ref, decoders)) is None)):  # type: ignore[union-attr]
+                not preempts or pool is None or part is not None  # (preempts: paged, so a pool)
+                or (out := victims(running, bucket, p_done, pool.free_queue.size, pool.ref, decoders)) is None)):
             break  # not every decoder fits the budget, or a step that preempts is not the window's: go exact
         if out is None and bucket and margin is not None and slack < margin.pass_min:
             margin.pass_min = slack  # the decoders' block checks (== margin.note), inline
@@ -161,8 +161,8 @@ def _window(k: StepKernel, lag: int, t: float, f: InFlight | None, pull_due: Pul
             if held:
                 if held is True and runs is not None and due - plan_t >= runs.min_run * dt and (  # (else ready() says no: a guess,
                         not lag or (p_plan is NO_PLAN and p_batch.num_decode_seqs == decoders)):  # dt grows in a run)
-                    if nearest(fin, ends) - s1 >= runs.min_run and runs.ready(  # (a decoder finishing sooner: ready() says no)
-                            s, t, decoders, c0_sum, pages, fin, due, na, p_start, p_dt, qnw, len(running), pool.shared_excess):  # type: ignore[union-attr]
+                    if nearest(fin, ends) - s1 >= runs.min_run and pool is not None and runs.ready(  # (runs: paged)
+                            s, t, decoders, c0_sum, pages, fin, due, na, p_start, p_dt, qnw, len(running), pool.shared_excess):
                         n = yield from runs.take(s, due, na, p_start, cap - len(log))
                         if n:  # a run of quiet steps, as arrays (sim/engine/fastforward/runs.py)
                             s, t, pages, due, na, p_dt, p_start = s + n, runs.t, runs.pages, runs.due, runs.na, runs.p_dt, runs.p_start
