@@ -25,7 +25,7 @@ from sim.kv.manager import KvCacheManager
 from sim.kv.margin import Margin
 from sim.kv.paged_prefix import PrefixRegistration
 from sim.kv.sharing import ForkSharing
-from sim.kv.table_loops import append_each, can_take, cross, grow
+from sim.kv.table_loops import append_each, can_take, cross, grow, new_blocks
 from sim.kv.window import KvGroup
 from sim.request import Request
 
@@ -101,11 +101,8 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
 
     # ---- allocation ---------------------------------------------------------------------------
     def blocks_needed(self, req: Request, num_tokens: int, hits: Sequence[int] = ()) -> int:
-        t = req.kv
-        held = (0 if t is None else len(t.blocks)) + len(hits)
-        hit_free = self.pool.num_free_among(hits) if hits else 0
-        need = -(-num_tokens // self.block_size) - held  # cdiv, inlined
-        return (need if need > 0 else 0) + hit_free  # (max(): a builtin call, every waiting pass)
+        need = new_blocks(req, num_tokens, len(hits), self.block_size)
+        return need + self.pool.num_free_among(hits) if hits else need
 
     def can_allocate(self, req: Request, num_new_tokens: int, hits: Sequence[int] = (),
                      *, reserve: int = 0) -> int:

@@ -25,8 +25,10 @@ cpdef Py_ssize_t cross(list reqs, list nxt, list prv, object head, list ref, lis
 @cython.locals(j0=Py_ssize_t, end=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t, blocks=list)
 cpdef mark_full(list bh, BlockTable table, Py_ssize_t full)
 
-@cython.locals(nhit=Py_ssize_t, held=Py_ssize_t, c=Py_ssize_t, slots=Py_ssize_t, need=Py_ssize_t,
-               hit_free=Py_ssize_t)
+@cython.locals(need=Py_ssize_t)
+cpdef Py_ssize_t new_blocks(object req, Py_ssize_t slots, Py_ssize_t nhit, Py_ssize_t block_size) except -1
+
+@cython.locals(nhit=Py_ssize_t, need=Py_ssize_t, hit_free=Py_ssize_t)
 cpdef Py_ssize_t can_take(BlockPool pool, Margin margin, Py_ssize_t block_size, object req, Py_ssize_t n,
                           object hits, Py_ssize_t reserve) except? -2
 

@@ -110,19 +110,21 @@ def mark_full(bh: list[Any], table: BlockTable, full: int) -> None:
             bh[i] = UNPUBLISHED
 
 
+def new_blocks(req: Request, slots: int, nhit: int, block_size: int) -> int:
+    """Blocks ``req`` must be given to hold ``slots`` token slots with ``nhit`` hits adopted: the
+    one count behind :meth:`PagedAllocator.blocks_needed` and :func:`can_take`."""
+    t = req.kv
+    need = -(-slots // block_size) - (0 if t is None else len(t.blocks)) - nhit  # cdiv, less what it holds
+    return need if need > 0 else 0
+
+
 def can_take(pool: BlockPool, margin: Margin, block_size: int, req: Request, n: int, hits: Sequence[int],
              reserve: int) -> int:
     """:meth:`PagedAllocator.can_allocate`: new blocks for ``n`` more tokens, or -1 if they are
     not free (the slack noted in ``margin``). Hits whose ref count is 0 sit in the free queue
     and count against capacity (s2 rule 1)."""
     nhit = len(hits)
-    t = req.kv
-    held = (0 if t is None else len(t.blocks)) + nhit
-    c = req.num_computed_tokens
-    slots = c + nhit * block_size + n
-    need = -(-slots // block_size) - held  # cdiv
-    if need < 0:
-        need = 0
+    need = new_blocks(req, req.num_computed_tokens + nhit * block_size + n, nhit, block_size)
     hit_free = pool.num_free_among(hits) if nhit else 0
     if not margin.note(pool.free_queue.size - need - hit_free - reserve):
         return -1
