@@ -203,6 +203,26 @@ def test_an_allocator_copies_and_pickles() -> None:
     kv, _ = allocator_with_decoders(PagedAllocator, True)
     for other in (copy.deepcopy(kv), pickle.loads(pickle.dumps(kv))):
         call = other.cross_call()
-        assert call is not None and call[0] is table_loops.cross
-        assert call[3] is other.pool.free_queue._next and call[8] is other.pool.cache, "its own pool's lists"
+        assert call is not None and call[0] is table_loops.cross_pool
+        assert call[1] is other.pool and call[4] == other.register_full_blocks, "its own pool, its own method"
         assert other.pool.free_queue.to_list() == kv.pool.free_queue.to_list()
+
+
+def test_cross_pool_steps_aside_for_a_pool_whose_methods_must_run() -> None:
+    """An observed pool (or one with duplicate keys) gets no pops from the compiled call: it
+    returns False and changes nothing, and the caller goes through the allocator's methods."""
+    kv, reqs = allocator_with_decoders(PagedAllocator, True)
+    pool = kv.pool
+
+    def state() -> tuple[object, ...]:
+        return pool.free_queue.to_list(), pool.free_queue.size, [list(r.kv.blocks) for r in reqs], pool.evictions
+
+    before = state()
+    pool.observed = True
+    assert not table_loops.cross_pool(reqs[:1], pool, None, kv.block_size, UNPUBLISHED, kv.register_full_blocks)
+    assert state() == before
+    pool.observed = False
+    assert table_loops.cross_pool(reqs[:1], pool, None, kv.block_size, UNPUBLISHED, kv.register_full_blocks)
+    assert pool.free_queue.size == before[1] - 1 and len(reqs[0].kv.blocks) == len(before[2][0]) + 1
+    assert reqs[0].kv.blocks[-1] == before[0][0], "the free queue's first block"
+    pool.check()

@@ -25,7 +25,7 @@ from sim.kv.manager import KvCacheManager
 from sim.kv.margin import Margin
 from sim.kv.paged_prefix import PrefixRegistration
 from sim.kv.sharing import ForkSharing
-from sim.kv.table_loops import append_each, can_take, cross, grow, new_blocks
+from sim.kv.table_loops import append_each, can_take, cross_pool, grow, new_blocks
 from sim.kv.window import KvGroup
 from sim.request import Request
 
@@ -160,13 +160,8 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
         would make the same: its pops are :func:`~sim.kv.block_pool.pop_front`'s (not ``stack``,
         no duplicate keys, nobody logging them: ``BlockPool.observed``), its registrations heard
         by no connector and no subclass's methods to go past."""
-        pool = self.pool
-        if self._crosses and not pool.dups and not pool.observed:
-            fq = pool.free_queue
-            evicted = cross(reqs, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache, UNPUBLISHED,
-                            ahead, self.block_size, UNPUBLISHED if self.lazy_unique else None, self.register_full_blocks)
-            fq.size -= len(reqs)
-            pool.evictions += evicted
+        if self._crosses and cross_pool(reqs, self.pool, ahead, self.block_size,
+                                        UNPUBLISHED if self.lazy_unique else None, self.register_full_blocks):
             return
         self.append_block(reqs)
         if ahead is not None:
@@ -174,15 +169,14 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
 
     def cross_call(self) -> tuple[object, ...] | None:
         """:meth:`cross_boundary`'s one call, for a compiled caller to make itself (None: it has
-        none): ``(cross, free_queue, pool, *head, block_size, mark, slow)``, called as
-        ``cross(reqs, *head, ahead, block_size, mark, slow)``, then ``free_queue.size -= len(reqs)``
-        and ``pool.evictions +=`` its result; only while ``pool.dups`` and ``pool.observed`` are
-        false, which that caller checks before each call (fast-forward's quiet steps)."""
+        none): ``(cross_pool, pool, block_size, mark, slow)``, called as
+        ``cross_pool(reqs, pool, ahead, block_size, mark, slow)``; where that returns False (the
+        pool has duplicate keys or is observed), the caller calls :meth:`cross_boundary`
+        (fast-forward's quiet steps)."""
         if not self._crosses:
             return None
-        pool, fq = self.pool, self.pool.free_queue
-        return (cross, fq, pool, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache,
-                UNPUBLISHED, self.block_size, UNPUBLISHED if self.lazy_unique else None, self.register_full_blocks)
+        return (cross_pool, self.pool, self.block_size, UNPUBLISHED if self.lazy_unique else None,
+                self.register_full_blocks)
 
     def append_blocks(self, steps: list[list[Request]], n: int) -> None:
         if not self.plain_methods:  # the same pops, through append_block (a subclass's override)

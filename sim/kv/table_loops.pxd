@@ -6,6 +6,7 @@ cimport cython
 
 from sim.kv.block_pool cimport BlockPool, pop_front
 from sim.kv.block_table cimport BlockTable
+from sim.kv.free_queue cimport FreeQueue
 from sim.kv.margin cimport Margin
 
 
@@ -21,6 +22,9 @@ cpdef register_decoded(list reqs, Py_ssize_t ahead, Py_ssize_t block_size, list 
 @cython.locals(new=list, evicted=Py_ssize_t)
 cpdef Py_ssize_t cross(list reqs, list nxt, list prv, object head, list ref, list bh, object cache, object unpub,
                        object ahead, object block_size, object mark, object slow) except -1
+
+@cython.locals(fq=FreeQueue, evicted=Py_ssize_t)
+cpdef bint cross_pool(list reqs, BlockPool pool, object ahead, Py_ssize_t block_size, object mark, object slow) except -1
 
 @cython.locals(j0=Py_ssize_t, end=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t, blocks=list)
 cpdef mark_full(list bh, BlockTable table, Py_ssize_t full)

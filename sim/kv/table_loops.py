@@ -12,8 +12,9 @@ C index (converted once). The prefix-cache map is read and written through its o
 (``get``, ``in``, item assignment, ``del``): a map that logs what enters or leaves it (KV
 events, a dict subclass) sees every change.
 
-:func:`cross` is also :meth:`PagedAllocator.cross_call`'s call, made by a compiled caller
-(fast-forward's quiet steps), so its arguments are the pool's lists, not the pool.
+:func:`cross_pool` (:func:`cross` on a pool, its counts kept) is :meth:`PagedAllocator.cross_boundary`'s
+one call, and :meth:`PagedAllocator.cross_call`'s, made by a compiled caller (fast-forward's quiet
+steps): the bookkeeping around the pops is written once, here.
 """
 
 from __future__ import annotations
@@ -91,6 +92,22 @@ def cross(reqs: list[Request], nxt: list[int], prv: list[int], head: int, ref: l
     else:
         _each_decoder(reqs, new, ahead, block_size, bh, mark, slow)
     return evicted
+
+
+def cross_pool(reqs: list[Request], pool: BlockPool, ahead: int | None, block_size: int, mark: object,
+               slow: Callable[[Request, int], None]) -> bool:
+    """:func:`cross` on ``pool``'s own lists, its counts kept (the free queue's size, the
+    evictions): :meth:`PagedAllocator.cross_boundary`'s one call, which fast-forward's quiet steps
+    make themselves (``cross_call``). False, with nothing done, where the pool has duplicate keys
+    or is observed: then its methods must run."""
+    if pool.dups or pool.observed:
+        return False
+    fq = pool.free_queue
+    evicted = cross(reqs, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache, UNPUBLISHED,
+                    ahead, block_size, mark, slow)
+    fq.size -= len(reqs)
+    pool.evictions += evicted
+    return True
 
 
 def mark_full(bh: list[Any], table: BlockTable, full: int) -> None:

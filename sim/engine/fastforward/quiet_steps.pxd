@@ -1,6 +1,6 @@
 # Cython declarations for quiet_steps.py (compiled where a C compiler is: setup.py). Counts and
-# times are C integers and doubles; the pool, its free queue (through the allocator's cross_call,
-# not a concrete class: tests/test_layers.py), the window's callables, the margin and the
+# times are C integers and doubles; the pool, its free queue (not a concrete class:
+# tests/test_layers.py), the allocator's cross_call, the window's callables, the margin and the
 # requests stay the objects they are.
 from libc.stdint cimport int64_t
 
@@ -20,7 +20,6 @@ cdef class QuietSteps:
     cdef int64_t usable, nulls, bsize, run_gap
     cdef object pool, fq
 
-    @cython.locals(evicted=Py_ssize_t)
     cpdef cross(self, list bucket, object ahead)
     cpdef Py_ssize_t boundary(self, Py_ssize_t s1) except -1
     @cython.locals(gap=int64_t, last=int64_t, lag=bint, dense=double, eta_attn=double, hd=double, a_kv=double,

@@ -68,11 +68,11 @@ class QuietSteps:
         self.k, self.lag, self.buckets, self.fin, self.ends, self.register = k, lag, buckets, fin, ends, register
         self.usable, self.nulls, self.bsize = lin.usable, lin.null_slots, len(buckets)
         self.blocks, self.margin, self.log_row = blocks, k.kv.headroom, k.log.append
-        call = blocks.cross_call()  # (cross, free_queue, pool, *its arguments): sim/kv/paged.py
+        call = blocks.cross_call()  # (cross_pool, pool, its arguments): sim/kv/paged.py
         self.fn: Any = call[0] if call is not None else None  # cross_boundary's compiled call
-        self.fq: Any = call[1] if call is not None else blocks.pool.free_queue  # (size: a count)
-        self.pool: Any = call[2] if call is not None else blocks.pool  # (dups, observed, evictions, shared_excess)
-        self.call: tuple[Any, ...] = tuple(call[3:]) if call is not None else ()
+        self.call: tuple[Any, ...] = tuple(call[1:]) if call is not None else ()
+        self.fq: Any = blocks.pool.free_queue  # (size: a count)
+        self.pool: Any = blocks.pool  # (shared_excess)
         self.crosser: Callable[[list[Request], int | None], None] = self.cross  # (bound once)
         self.pull, self.next_due = pull, next_due if next_due is not None else no_arrival  # (a quiet window has one)
         self.waiting, self.admits = k.sched.waiting, k.sched.admits_nothing
@@ -80,16 +80,14 @@ class QuietSteps:
         self.na_gate = bool(lag and pausable)  # async and pausable: the window waits at a router's arrival
 
     def cross(self, bucket: list[Request], ahead: int | None) -> None:
-        """``blocks.cross_boundary(bucket, ahead)``: its compiled call made here while the pool
-        lets it (no duplicate keys, nobody observing it: :meth:`DecodeBlocks.cross_call`)."""
-        pool = self.pool
-        if self.fn is None or pool.dups or pool.observed:
+        """``blocks.cross_boundary(bucket, ahead)``: its compiled call made here, where the pool
+        lets it (:meth:`DecodeBlocks.cross_call`), else the method."""
+        if self.fn is None:
             self.blocks.cross_boundary(bucket, ahead)
             return
-        nxt, prv, head, ref, bh, cache, unpub, bsize, mark, slow = self.call
-        evicted: int = self.fn(bucket, nxt, prv, head, ref, bh, cache, unpub, ahead, bsize, mark, slow)
-        self.fq.size -= len(bucket)
-        pool.evictions += evicted
+        pool, bsize, mark, slow = self.call
+        if not self.fn(bucket, pool, ahead, bsize, mark, slow):
+            self.blocks.cross_boundary(bucket, ahead)
 
     def boundary(self, s1: int) -> int:
         """:func:`~sim.engine.fastforward.decoders.boundary` at window step ``s1``: the blocks taken."""
