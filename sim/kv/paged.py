@@ -40,7 +40,7 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
 
     #: its methods are these: the fused calls that stand in for them (:meth:`allocate`'s
     #: :func:`~sim.kv.table_loops.grow`, :meth:`cross_boundary`'s and :meth:`cross_call`'s
-    #: :func:`~sim.kv.table_loops.cross`) may be taken (a subclass: not said)
+    #: :func:`~sim.kv.table_loops.cross_pool`) may be taken (a subclass: not said)
     plain_methods = True
 
     def __init_subclass__(cls, **kw: object) -> None:

@@ -11,6 +11,7 @@ cdef class WindowSteps(WindowState):
     cpdef bint gate(self, Py_ssize_t s1) except -1
     cpdef bint run_ready(self) except -1
     cpdef cross_boundary(self, Py_ssize_t s1)
+    cpdef object decode_batch(self, Py_ssize_t ctx)
     cpdef object decode_time(self)
     @cython.locals(free_blocks=Py_ssize_t, shared=Py_ssize_t, comp=Py_ssize_t, used=Py_ssize_t, internal=Py_ssize_t,
                    B=Py_ssize_t, lag=Py_ssize_t)

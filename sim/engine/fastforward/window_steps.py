@@ -83,7 +83,7 @@ class WindowSteps(WindowState):
                 if n:  # a run of quiet steps, as arrays (sim/engine/fastforward/runs.py)
                     self.s, self.t, self.pages, self.due, self.na = self.s + n, runs.t, runs.pages, runs.due, runs.na
                     self.p_dt, self.p_start = runs.p_dt, runs.p_start
-                    self.p_batch = new_batch((0, 0, 0.0, 0, self.decoders, runs.ctx, self.pages, self.page, 0, 0, self.bb))
+                    self.p_batch = self.decode_batch(runs.ctx)
                     return NEXT
             else:
                 self.held = 2  # nor a run until what ready() reads changes (a pull, a pause, a non-quiet step)
@@ -113,8 +113,8 @@ class WindowSteps(WindowState):
 
     def run_ready(self) -> bool:
         """Whether a run of quiet steps can start here (:meth:`QuietRuns.ready`; runs: paged)."""
-        runs, pool = self.runs, self.pool
-        return runs is not None and pool is not None and runs.ready(
+        pool = self.pool
+        return pool is not None and self.runs.ready(
             self.s, self.t, self.decoders, self.c0_sum, self.pages, self.fin, self.due, self.na, self.p_start,
             self.p_dt, self.qnw, len(self.running), pool.shared_excess)
 
@@ -123,6 +123,10 @@ class WindowSteps(WindowState):
         if self.bucket or (self.sync_reg and self.buckets[(s1 + 1) % self.B]):  # else boundary() does nothing
             self.pages += boundary(self.buckets, s1, self.lag, self.cross, self.register) if self.quick is None \
                 else self.quick.boundary(s1)
+
+    def decode_batch(self, ctx: int) -> Any:
+        """The StepBatch of a decodes-only step: every decoder, ``ctx`` context tokens, its pages."""
+        return new_batch((0, 0, 0.0, 0, self.decoders, ctx, self.pages, self.page, 0, 0, self.bb))
 
     def decode_time(self) -> Any:
         if self.dec_n != self.decoders:
@@ -148,7 +152,7 @@ class WindowSteps(WindowState):
                           shared, p_plan.swap_out_blocks, p_plan.swap_in_blocks))
             k.busy_s += self.p_dt
             self.p_plan, self.p_dt, self.p_start = NO_PLAN, self.dt, self.t
-            self.p_batch = new_batch((0, 0, 0.0, 0, self.decoders, ctx, self.pages, self.page, 0, 0, self.bb))
+            self.p_batch = self.decode_batch(ctx)
         else:
             self.log_row((k.step, self.t, self.dt, len(self.running), self.qnw, 0, self.decoders, 0, free_blocks, tok,
                           res, internal, ext, free, shared, 0, 0))
@@ -256,7 +260,7 @@ class WindowSteps(WindowState):
         """Step ``s1``'s batch and duration (``self.dt``): decodes only are timed as a quiet step is."""
         ctx = self.c0_sum + self.decoders * s1
         if plan is None or not plan.scheduled:  # (== step_cost, bit for bit)
-            batch = new_batch((0, 0, 0.0, 0, self.decoders, ctx, self.pages, self.page, 0, 0, self.bb))
+            batch = self.decode_batch(ctx)
             self.dt = self.decode_time()(ctx, self.pages)
             return batch
         a = self.k.batch(plan)
