@@ -3,18 +3,16 @@ that must make exactly the requests the general loop makes."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from sim.config import make_config
 from sim.io.ingest import make_requests
-from sim.request import Request
+from sim.request import FIELDS, Request
 from workloads.schema import Trace
 
 
 def fields(r: Request) -> tuple[object, ...]:
-    return tuple(getattr(r, f.name) for f in dataclasses.fields(r))
+    return tuple(getattr(r, f) for f in FIELDS)
 
 
 @pytest.mark.parametrize("priority", [False, True])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import sim.run.static as static
 import sim.sweep.reuse as reuse
 from sim.config import make_config
 from sim.io.ingest import make_requests
+from sim.request import FIELDS
 from sim.sweep import PROVENANCE_COLUMNS, TIMING_COLUMNS, expand, run_point, run_sweep
 from workloads import load_trace
 
@@ -27,7 +27,7 @@ def trace_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _fields(r: object) -> tuple[object, ...]:
-    return tuple(getattr(r, f.name) for f in dataclasses.fields(r))  # type: ignore[arg-type]
+    return tuple(getattr(r, f) for f in FIELDS)
 
 
 @pytest.mark.parametrize("kw", [{}, {"enable_prefix_caching": False}, {"preset": "paper-v0"}])

@@ -34,7 +34,8 @@ def append_each(reqs: list[Request], blocks: list[int]) -> None:
     if len(blocks) != n:
         raise ValueError("append_each: one block for each request")
     for k in range(n):
-        reqs[k].kv.blocks.append(blocks[k])
+        r = reqs[k]
+        r.kv.blocks.append(blocks[k])
 
 
 def _each_decoder(reqs: list[Request], new: list[int] | None, ahead: int, block_size: int,
