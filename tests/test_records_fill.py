@@ -105,3 +105,27 @@ def test_a_log_with_runs_between_its_tuples_frames_them_in_order() -> None:
     frame = log.frame()
     assert np.array_equal(frame["step"].to_numpy(), ref["step"]) and len(frame) == 8
     assert frame.to_records(index=False).tobytes() == ref.tobytes()
+
+
+def test_the_row_buffer_holds_what_fromiter_writes_and_grows() -> None:
+    rows = random_rows(np.random.default_rng(6), 700)
+    buf = fill.RowBuffer(STEP_DTYPE, capacity=3)  # grows 3, 6, 12, ... past 700
+    for r in rows:
+        buf.append(tuple(r))
+    ref = np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows))
+    assert len(buf) == 700
+    assert buf.records(0, 700).tobytes() == ref.tobytes()
+    assert buf.records(100, 250).tobytes() == ref[100:250].tobytes()
+    buf.clear()
+    assert len(buf) == 0 and buf.records(0, 0).size == 0
+    buf.append(tuple(rows[5]))
+    assert buf.records(0, 1).tobytes() == ref[5:6].tobytes()
+
+
+def test_a_bad_row_is_refused_as_it_is_appended() -> None:
+    buf = fill.RowBuffer(STEP_DTYPE)
+    with pytest.raises(TypeError, match="tuple of 17 fields"):
+        buf.append((1, 2.0))
+    with pytest.raises(TypeError):
+        buf.append(tuple([1, 0.0, 0.0, 2.5] + [0] * 13))  # (a float in an int field)
+    assert len(buf) == 0

@@ -1,7 +1,7 @@
 """The summary's step sums are sequential sums in step order, however the rows arrive.
 
 The spec is the row in ``sim/io/step_fold.py``'s docstring, added left to right. The fold over
-columns, over StepRecord tuples and straight from a run's arrays must all give those floats bit
+columns, and straight from a run's arrays must all give those floats bit
 for bit; so must a streamed run and an in-memory one, whatever the chunk size, and the module
 compiled (Cython, where it was built) and run as Python.
 """
@@ -76,18 +76,6 @@ def test_the_sums_are_the_same_bits_in_any_chunks() -> None:
     assert chunked.acc.tobytes() == ref.acc.tobytes() and chunked.ic.tolist() == ref.ic.tolist()
 
 
-def test_tuples_fold_as_their_records() -> None:
-    a = random_records(np.random.default_rng(3), 300)
-    rows = [tuple(r) for r in a.tolist()]
-    whole, parts = StepSums(B), StepSums(B)
-    whole.add_records(a)
-    parts.add_tuples(rows, 0, 120)
-    parts.add_tuples(rows, 120, 300)
-    assert parts.acc.tobytes() == whole.acc.tobytes() and parts.ic.tolist() == whole.ic.tolist()
-    with pytest.raises(ValueError, match="out of the list"):
-        parts.add_tuples(rows, 10, 301)
-
-
 @pytest.mark.parametrize("lag", [0, 1])
 def test_a_run_folds_as_its_laid_out_records(lag: int) -> None:
     """The run's rows from its arrays, never laid out, give what its records give."""
@@ -102,8 +90,8 @@ def test_a_run_folds_as_its_laid_out_records(lag: int) -> None:
         fold_piece(pieces[0], StepSums(32))
 
 
-def test_a_log_folds_its_tuples_and_runs_in_step_order() -> None:
-    """``StepLog.fold_into`` gives the sums of ``take()``'s array, straight from the tuples and
+def test_a_log_folds_its_rows_and_runs_in_step_order() -> None:
+    """``StepLog.fold_into`` gives the sums of ``take()``'s array, straight from the rows and
     the runs' arrays (no record laid out)."""
     rng = np.random.default_rng(5)
     extra = [tuple(r) for r in random_records(rng, 30).tolist()]
@@ -157,18 +145,17 @@ def test_a_summary_only_run_folds_its_runs_unlaid_and_matches_the_in_memory_summ
 
 
 def test_the_compiled_fold_gives_the_pythons_bits() -> None:
-    """Compiled (Cython, no fused multiply-add) and as Python, the one source folds records,
-    tuples and runs into the same bits (skipped where it was not compiled)."""
+    """Compiled (Cython, no fused multiply-add) and as Python, the one source folds records
+    and runs into the same bits (skipped where it was not compiled)."""
     py = as_python(step_fold)
     rng = np.random.default_rng(11)
     a = random_records(rng, 2000)
-    rows = [tuple(r) for r in a.tolist()]
     rr = a_run(1, 10, 300, seed=4)
     got = []
     for mod in (step_fold, py):
         s = mod.StepSums(B)
         s.add_records(a[:700])
-        s.add_tuples(rows, 700, 2000)
+        s.add_records(a[700:2000])
         s.add_run(rr.ctx, rr.cum, rr.dts, 0, 300, 1, (3, 5, 1000, 900, 16))
         got.append((s.acc.tobytes(), s.ic.tolist()))
     assert got[0] == got[1]
@@ -181,6 +168,4 @@ def test_bad_arguments_raise() -> None:
     rr = a_run(0, 0, 20, seed=1)
     with pytest.raises(ValueError, match="out of the run"):
         s.add_run(rr.ctx, rr.cum, rr.dts, 0, 21, 0, (0, 5, 1000, 900, 16))
-    with pytest.raises(TypeError):
-        s.add_tuples([(0, 0.0, 0.1)], 0, 1)
     assert s.n == 0

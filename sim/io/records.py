@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from sim.io.fill import fill_records
+from sim.io.fill import RowBuffer, fill_records
 
 
 class StepRecord(NamedTuple):
@@ -36,8 +36,8 @@ class StepRecord(NamedTuple):
 STEP_COLUMNS = StepRecord._fields
 StepRow = tuple[int, float, float, int, int, int, int, int, int, int, int, int, int, int, int, int, int]
 """A step record as the engine appends it: a plain tuple in :class:`StepRecord`'s field order
-(one allocation a step, not two; and once the collector has seen that it holds only numbers, it
-stops walking it, which it never does for a tuple subclass). A ``StepRecord`` is one too."""
+(one allocation a step, not two), written at once into the log's record buffer. A
+``StepRecord`` is one too."""
 _FLOAT = {"start_s", "duration_s"}
 STEP_DTYPE = np.dtype([(c, np.float64 if c in _FLOAT else np.int64) for c in STEP_COLUMNS])
 """One step record as a numpy record (``frame`` and :mod:`sim.io.stream` convert with it)."""
@@ -73,22 +73,22 @@ def record_ends(a: np.ndarray) -> np.ndarray:
 
 
 class StepLog:
-    """The step records of one replica, in step order: tuples (a single append on the hot
-    path) and, from fast-forward's runs of quiet steps, deferred parts (:meth:`defer`).
+    """The step records of one replica, in step order: rows appended as tuples (one call on
+    the hot path, written at once into a record buffer: :class:`~sim.io.fill.RowBuffer`) and,
+    from fast-forward's runs of quiet steps, deferred parts (:meth:`defer`).
 
-    The tuples are converted when the records are read (:meth:`take`, :meth:`frame`), all in
-    one pass (:func:`from_tuples`), and a run's records go in after the tuples appended before
-    it (``cuts``); converting them at every run cost one pass a run. Deferred parts are laid out
-    then too, all of one ``make`` in one call (a run's records cost about 16 numpy calls one by
-    one). A summary-only reader folds them instead (:meth:`fold_into`), laying out nothing.
-    ``FOLD_AT`` tuples at most are held (about 400 bytes each, against 136 as a record)."""
+    A run's records go in after the rows appended before it (``cuts``). Deferred parts are laid
+    out when the records are read (:meth:`take`, :meth:`frame`), all of one ``make`` in one call
+    (a run's records cost about 16 numpy calls one by one). A summary-only reader folds them
+    instead (:meth:`fold_into`), laying out nothing. ``FOLD_AT`` buffered rows at most are held
+    before everything is merged into one array."""
 
     __slots__ = ("append", "cuts", "in_parts", "parts", "rows")
     FOLD_AT = 1 << 16
 
     def __init__(self) -> None:
-        self.rows: list[StepRow] = []
-        self.append = self.rows.append
+        self.rows = RowBuffer(STEP_DTYPE)
+        self.append: Callable[[StepRow], None] = self.rows.append
         self.parts: list[np.ndarray | Deferred] = []   # in order, each after rows[:cut]
         self.cuts: list[int] = []
         self.in_parts = 0
@@ -132,18 +132,18 @@ class StepLog:
                 self.parts = [parts[0]]  # (laid out)
                 return parts[0]
         if not parts:
-            a = from_tuples(rows)  # one pass
-        else:  # one array, the tuples written straight into their places between the parts
+            a = rows.records(0, len(rows))
+        else:  # one array, the rows written straight into their places between the parts
             a = np.empty(len(rows) + sum(len(p) for p in parts), STEP_DTYPE)
             av, pos, prev = a.view(np.void), 0, 0  # (void views: copied as bytes, not field by field)
             for cut, part in zip(self.cuts, parts, strict=True):
                 if cut > prev:
-                    from_tuples(rows, prev, cut, a[pos:pos + cut - prev])
+                    av[pos:pos + cut - prev] = rows.records(prev, cut).view(np.void)
                     pos, prev = pos + cut - prev, cut
                 av[pos:pos + len(part)] = part.view(np.void)
                 pos += len(part)
             if prev < len(rows):
-                from_tuples(rows, prev, len(rows), a[pos:])
+                av[pos:] = rows.records(prev, len(rows)).view(np.void)
         rows.clear()  # in place: the engine keeps its bound append
         self.parts, self.cuts, self.in_parts = [a], [0], len(a)
         return a
@@ -156,14 +156,14 @@ class StepLog:
 
     def fold_into(self, sums: Any, ends: list[np.ndarray] | None = None) -> None:
         """Fold every record held into ``sums`` (a :class:`~sim.io.step_fold.StepSums`), in step
-        order, and empty the log: tuples and runs straight from what the log holds, without laying
-        out a record (the same sums as :meth:`take`'s array: sequential, in step order).
+        order, and empty the log: rows and runs straight from what the log holds, without laying
+        out a run's record (the same sums as :meth:`take`'s array: sequential, in step order).
         ``ends``: also append the step ends (start + duration, in step order), for the API
         server's egress."""
         rows, prev = self.rows, 0
         for cut, part in zip(self.cuts, self.parts, strict=True):
             if cut > prev:
-                self._fold_tuples(sums, prev, cut, ends)
+                self._fold_rows(sums, prev, cut, ends)
                 prev = cut
             if not isinstance(part, tuple):
                 sums.add_records(part)
@@ -179,14 +179,15 @@ class StepLog:
                 if ends is not None:
                     ends.append(record_ends(a))
         if prev < len(rows):
-            self._fold_tuples(sums, prev, len(rows), ends)
+            self._fold_rows(sums, prev, len(rows), ends)
         rows.clear()  # in place: the engine keeps its bound append
         self.parts, self.cuts, self.in_parts = [], [], 0
 
-    def _fold_tuples(self, sums: Any, a: int, b: int, ends: list[np.ndarray] | None) -> None:
-        sums.add_tuples(self.rows, a, b)
-        if ends is not None:  # (StepRow: start_s, duration_s at 1, 2)
-            ends.append(np.array([r[1] + r[2] for r in self.rows[a:b]], np.float64))
+    def _fold_rows(self, sums: Any, a: int, b: int, ends: list[np.ndarray] | None) -> None:
+        recs = self.rows.records(a, b)
+        sums.add_records(recs)
+        if ends is not None:
+            ends.append(record_ends(recs))
 
     def records(self) -> np.ndarray:
         """Every record held, as one STEP_DTYPE array (the log keeps holding them)."""

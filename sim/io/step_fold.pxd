@@ -19,10 +19,6 @@ cpdef void fold_columns(const double[:] w, const int64_t[:] tok, const int64_t[:
                         const int64_t[:] ext, const int64_t[:] fre, const int64_t[:] saved, double[::1] acc, int64_t[::1] ic,
                         int64_t block_size) except *
 
-@cython.locals(i=Py_ssize_t, B=double)
-cpdef void fold_tuples(list rows, Py_ssize_t start, Py_ssize_t end, double[::1] acc, int64_t[::1] ic,
-                       int64_t block_size) except *
-
 @cython.locals(r=Py_ssize_t, B=double, tok0=int64_t, int0=int64_t, free_slots=int64_t, c=int64_t, cb=int64_t,
                tok=int64_t, inl=int64_t, pool=double, s_res=double, s_ext=double)
 cpdef void fold_run(const int64_t[:] ctx, const int64_t[:] cum, const double[:] dts, Py_ssize_t a, Py_ssize_t b, int lag,

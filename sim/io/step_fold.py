@@ -4,7 +4,7 @@ the held-slots peak and the shared-block fraction (:class:`~sim.io.stream.StepSt
 
 Every sum is sequential: each row's terms are added one after another to running totals, in
 step order. A total is therefore the same float however the rows arrive -- one frame, chunks of
-any size, tuples, or runs of quiet steps folded straight from their arrays without their records
+any size, or runs of quiet steps folded straight from their arrays without their records
 ever being laid out (:meth:`StepSums.add_run`; a day on 32 replicas holds 210 M such rows) --
 so a streamed run and an in-memory one give the same summary bit for bit. A row (duration w;
 slots token, reserved, internal, external, free; blocks saved s) adds, in this order
@@ -74,19 +74,6 @@ def fold_columns(w: np.ndarray, tok: np.ndarray, res: np.ndarray, inl: np.ndarra
         fold_row(acc, ic, B, w[i], tok[i], res[i], inl[i], ext[i], fre[i], saved[i])
 
 
-def fold_tuples(rows: list[Any], start: int, end: int, acc: np.ndarray, ic: np.ndarray, block_size: int) -> None:
-    """``rows[start:end]``, StepRecord tuples (sim/io/records.py: duration at 2, the five
-    categories at 9..13, blocks saved at 14)."""
-    if start < 0 or end < start or end > len(rows):
-        raise ValueError("step fold: rows out of the list")
-    B = float(block_size)
-    for i in range(start, end):
-        t = rows[i]
-        if len(t) < 15:
-            raise TypeError("step fold: a step record is a tuple of 17 fields")
-        fold_row(acc, ic, B, t[2], t[9], t[10], t[11], t[12], t[13], t[14])
-
-
 def fold_run(ctx: np.ndarray, cum: np.ndarray, dts: np.ndarray, a: int, b: int, lag: int, block_size: int,
              comp0: int, shared: int, usable: int, free0: int, nulls: int, acc: np.ndarray, ic: np.ndarray) -> None:
     """Rows ``a .. b-1`` of a run of quiet steps, from its arrays, as
@@ -135,10 +122,6 @@ class StepSums:
 
         self.add_columns(col("duration_s", np.float64), [col(c, np.int64) for c in MEM_CATS],
                          col("shared_blocks_saved", np.int64))
-
-    def add_tuples(self, rows: list[Any], start: int, end: int) -> None:
-        """``rows[start:end]``, tuples in StepRecord's field order."""
-        fold_tuples(rows, start, end, self.acc, self.ic, self.block_size)
 
     def add_run(self, ctx: np.ndarray, cum: np.ndarray, dts: np.ndarray, a: int, b: int, lag: int,
                 consts: tuple[int, int, int, int, int]) -> None:
