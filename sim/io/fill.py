@@ -39,13 +39,33 @@ def fill_one(t: Any, ints: Any, floats: Any, o: int) -> None:
     """Write the tuple ``t`` as the record at ``o`` of the buffers (:func:`fill_records`' rules)."""
     if not isinstance(t, tuple) or len(t) != NF:
         raise TypeError("fill_records: a step record is a tuple of 17 fields")
-    v = t[0]  # (an index: v is a Py_ssize_t compiled, which takes no float; a no-op in Python)
-    ints[o] = v
-    floats[o + 1] = t[1]
-    floats[o + 2] = t[2]
-    for k in range(3, NF):
-        v = t[k]
-        ints[o + k] = v
+    write(ints, floats, o, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13],
+          t[14], t[15], t[16])
+
+
+def write(ints: Any, floats: Any, o: int, step: int, start_s: float, duration_s: float, num_running: int,
+          num_waiting: int, prefill_tokens: int, decode_tokens: int, num_preempted: int, free_blocks: int,
+          token_state_slots: int, reserved_slots: int, internal_frag_slots: int, external_frag_slots: int,
+          free_slots: int, shared_blocks_saved: int, swap_out_blocks: int, swap_in_blocks: int) -> None:
+    """One record at ``o``, in StepRecord's field order: the one place a record's fields are
+    written (compiled, each int an index: a float refused, as Python's memoryview refuses it)."""
+    ints[o] = step
+    floats[o + 1] = start_s
+    floats[o + 2] = duration_s
+    ints[o + 3] = num_running
+    ints[o + 4] = num_waiting
+    ints[o + 5] = prefill_tokens
+    ints[o + 6] = decode_tokens
+    ints[o + 7] = num_preempted
+    ints[o + 8] = free_blocks
+    ints[o + 9] = token_state_slots
+    ints[o + 10] = reserved_slots
+    ints[o + 11] = internal_frag_slots
+    ints[o + 12] = external_frag_slots
+    ints[o + 13] = free_slots
+    ints[o + 14] = shared_blocks_saved
+    ints[o + 15] = swap_out_blocks
+    ints[o + 16] = swap_in_blocks
 
 
 class RowBuffer:
@@ -69,10 +89,25 @@ class RowBuffer:
         self.a, self.ints, self.floats = a, a.view(np.int64).data, a.view(np.float64).data
 
     def append(self, t: Any) -> None:
+        """A step's row as a tuple in StepRecord's field order."""
         n = self.n
         if n == len(self.a):
             self._grow(2 * n)
         fill_one(t, self.ints, self.floats, n * NF)
+        self.n = n + 1
+
+    def add(self, step: int, start_s: float, duration_s: float, num_running: int, num_waiting: int,
+            prefill_tokens: int, decode_tokens: int, num_preempted: int, free_blocks: int, token_state_slots: int,
+            reserved_slots: int, internal_frag_slots: int, external_frag_slots: int, free_slots: int,
+            shared_blocks_saved: int, swap_out_blocks: int, swap_in_blocks: int) -> None:
+        """A step's row as its fields (the compiled loops that name this class call it with C
+        numbers: no tuple, no int objects)."""
+        n = self.n
+        if n == len(self.a):
+            self._grow(2 * n)
+        write(self.ints, self.floats, n * NF, step, start_s, duration_s, num_running, num_waiting, prefill_tokens,
+              decode_tokens, num_preempted, free_blocks, token_state_slots, reserved_slots, internal_frag_slots,
+              external_frag_slots, free_slots, shared_blocks_saved, swap_out_blocks, swap_in_blocks)
         self.n = n + 1
 
     def __len__(self) -> int:

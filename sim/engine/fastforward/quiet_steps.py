@@ -67,7 +67,7 @@ class QuietSteps:
                  next_due: Callable[[], float] | None) -> None:
         self.k, self.lag, self.buckets, self.fin, self.ends, self.register = k, lag, buckets, fin, ends, register
         self.usable, self.nulls, self.bsize = lin.usable, lin.null_slots, len(buckets)
-        self.blocks, self.margin, self.log_row = blocks, k.kv.headroom, k.log.append
+        self.blocks, self.margin, self.rows = blocks, k.kv.headroom, k.log.rows
         call = blocks.cross_call()  # (cross_pool, pool, its arguments): sim/kv/paged.py
         self.fn: Any = call[0] if call is not None else None  # cross_boundary's compiled call
         self.call: tuple[Any, ...] = tuple(call[1:]) if call is not None else ()
@@ -108,7 +108,7 @@ class QuietSteps:
         dense, eta_attn, hd, a_kv, a_fl, a_pg, roof, floor, tail, sched, is_async = terms
         f0, f1, f2, f3, f4 = (p_batch.prefill_tokens, p_batch.num_decode_seqs, p_plan.num_preempted,
                               p_plan.swap_out_blocks, p_plan.swap_in_blocks)  # the first record's, from step s (lag 1)
-        buckets, fin, margin, fq, pool, log_row = self.buckets, self.fin, self.margin, self.fq, self.pool, self.log_row
+        buckets, fin, margin, fq, pool, rows = self.buckets, self.fin, self.margin, self.fq, self.pool, self.rows
         B, usable, nulls = self.bsize, self.usable, self.nulls
         na_gate = INF if self.na_gate else na
         limit = int(room) if room < ROOM else ROOM
@@ -147,14 +147,14 @@ class QuietSteps:
             used = usable - free_blocks
             internal = (used + shared) * B - (ctx - decoders if lag else ctx)
             if lag:  # step s lands, step s1 is launched
-                log_row((step, p_start, p_dt, nrun, qnw, f0, f1, f2, free_blocks, used * B - internal, 0, internal,
-                         nulls, free_blocks * B, shared, f3, f4))
+                rows.add(step, p_start, p_dt, nrun, qnw, f0, f1, f2, free_blocks, used * B - internal, 0, internal,
+                         nulls, free_blocks * B, shared, f3, f4)
                 busy = busy + p_dt
                 f0, f1, f2, f3, f4 = 0, decoders, 0, 0, 0
                 p_dt, p_start = d, t
             else:
-                log_row((step, t, d, nrun, qnw, 0, decoders, 0, free_blocks, used * B - internal, 0, internal,
-                         nulls, free_blocks * B, shared, 0, 0))
+                rows.add(step, t, d, nrun, qnw, 0, decoders, 0, free_blocks, used * B - internal, 0, internal,
+                         nulls, free_blocks * B, shared, 0, 0)
                 busy = busy + d
             step += 1
             pages, s, t, dt = pg, s1, t + d, d

@@ -49,9 +49,10 @@ def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
     else:
         tok, res, internal, ext, free = kv.breakdown(running, computed, waiting=sched.waiting.peek() if nw else None)
         free_blocks, shared = kv.num_free_blocks, kv.shared_excess
-    k.log.append((k.step, start, dt, len(running), nw, batch.prefill_tokens, batch.num_decode_seqs,
-                  plan.num_preempted, free_blocks, tok, res, internal, ext, free,
-                  shared, plan.swap_out_blocks, plan.swap_in_blocks))
+    rows = k.log.rows
+    rows.add(k.step, start, dt, len(running), nw, batch.prefill_tokens, batch.num_decode_seqs,
+             plan.num_preempted, free_blocks, tok, res, internal, ext, free,
+             shared, plan.swap_out_blocks, plan.swap_in_blocks)
     k.busy_s += dt
     k.step += 1
     k.ff_steps += 1

@@ -112,7 +112,7 @@ class WindowRun(WindowSteps):
         self.preempts = supported(k, lin is not None)  # a step that preempts stays in the window (preempt.py)
         self.buckets = [[] for _ in range(self.B)]
         self.c0_sum, self.decoders, self.pages = index(self.running, part, self.fin, self.ends, self.buckets, self.paged)
-        self.step_cost, self.bb, self.breakdown, self.log_row = k.cost.step_time, k.block_bytes, kv.breakdown, k.log.append
+        self.step_cost, self.bb, self.breakdown, self.rows = k.cost.step_time, k.block_bytes, kv.breakdown, k.log.rows
         self.own, self.router = next_due or never, next_arrival or never  # the replica's own next arrival; a router's
         self.quiet, self.due = next_due is not None, self.own() if next_due is not None else 0.0
         self.held = None  # truthy: no admission until a pull or a non-quiet step (2: nor a run)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.io.fill import RowBuffer
 from sim.request import Request
 
 
@@ -38,7 +39,7 @@ class WindowState:
     step_cost: Any
     bb: Any
     breakdown: Any
-    log_row: Any
+    rows: RowBuffer
     own: Any
     router: Any
     head: Request | None

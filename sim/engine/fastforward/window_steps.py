@@ -147,15 +147,15 @@ class WindowSteps(WindowState):
             tok, res, internal, ext, free = self.breakdown(self.running, comp, waiting=self.head)
         if lag:
             p_plan, p_batch = self.p_plan, self.p_batch
-            self.log_row((k.step, self.p_start, self.p_dt, len(self.running), self.qnw, p_batch.prefill_tokens,
+            self.rows.add(k.step, self.p_start, self.p_dt, len(self.running), self.qnw, p_batch.prefill_tokens,
                           p_batch.num_decode_seqs, p_plan.num_preempted, free_blocks, tok, res, internal, ext, free,
-                          shared, p_plan.swap_out_blocks, p_plan.swap_in_blocks))
+                          shared, p_plan.swap_out_blocks, p_plan.swap_in_blocks)
             k.busy_s += self.p_dt
             self.p_plan, self.p_dt, self.p_start = NO_PLAN, self.dt, self.t
             self.p_batch = self.decode_batch(ctx)
         else:
-            self.log_row((k.step, self.t, self.dt, len(self.running), self.qnw, 0, self.decoders, 0, free_blocks, tok,
-                          res, internal, ext, free, shared, 0, 0))
+            self.rows.add(k.step, self.t, self.dt, len(self.running), self.qnw, 0, self.decoders, 0, free_blocks, tok,
+                          res, internal, ext, free, shared, 0, 0)
             k.busy_s += self.dt
         k.step += 1
         k.ff_steps += 1
