@@ -129,3 +129,25 @@ def test_a_bad_row_is_refused_as_it_is_appended() -> None:
     with pytest.raises(TypeError):
         buf.append(tuple([1, 0.0, 0.0, 2.5] + [0] * 13))  # (a float in an int field)
     assert len(buf) == 0
+
+
+def test_a_requests_fields_are_gathered_as_getattr_reads_them() -> None:
+    """Compiled, a Request's numeric fields are read as struct members: the same values."""
+    from sim.request import Request, Status
+
+    class Sub(Request):
+        pass
+
+    reqs = [Request(uid=i, request_id=str(i), arrival_s=0.5 * i, prompt_tokens=100 + i, output_tokens=7,
+                    parent=i - 1, num_computed_tokens=3 * i, status=Status.RUNNING) for i in range(5)]
+    reqs.append(Sub(uid=5, request_id="5", arrival_s=9.0, prompt_tokens=1, output_tokens=2))
+    for names in (tuple(fill.NUMERIC), ("status", "uid", "num_computed_tokens", "parent")):
+        cols = np.empty((len(reqs), len(names)), np.float64)
+        fill.gather_attrs(reqs, names, None, cols.reshape(-1).data)
+        ref = np.array([[float(getattr(r, x)) for x in names] for r in reqs])
+        assert cols.tobytes() == ref.tobytes()
+        whole = tuple(x for x in names if not x.endswith("_s"))  # (an int column refuses a float)
+        ints = np.empty((len(reqs), len(whole)), np.int64)
+        fill.gather_attrs(reqs, whole, ints.reshape(-1).data, None)
+        assert ints.tolist() == [[getattr(r, x) for x in whole] for r in reqs]
+    assert [fill.request_field(reqs[2], c) for c in fill.NUMERIC.values()] == [getattr(reqs[2], x) for x in fill.NUMERIC]

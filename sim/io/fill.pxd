@@ -7,6 +7,8 @@ from libc.stdint cimport int64_t
 
 cimport cython
 
+from sim.request cimport Request
+
 cdef Py_ssize_t NF  # (a C constant compiled: no module attribute)
 
 
@@ -22,8 +24,11 @@ cdef void write(int64_t[::1] ints, double[::1] floats, Py_ssize_t o, Py_ssize_t 
                 Py_ssize_t external_frag_slots, Py_ssize_t free_slots, Py_ssize_t shared_blocks_saved,
                 Py_ssize_t swap_out_blocks, Py_ssize_t swap_in_blocks) except *
 
-@cython.locals(n=Py_ssize_t, m=Py_ssize_t, i=Py_ssize_t, k=Py_ssize_t, j=Py_ssize_t, o=object, v=Py_ssize_t)
+@cython.locals(n=Py_ssize_t, m=Py_ssize_t, i=Py_ssize_t, k=Py_ssize_t, j=Py_ssize_t, o=object, v=Py_ssize_t,
+               codes=list, code=Py_ssize_t, plain=bint)
 cpdef void gather_attrs(list objs, tuple names, int64_t[::1] ints, double[::1] floats) except *
+
+cpdef object request_field(Request r, Py_ssize_t code)
 
 
 cdef class RowBuffer:
