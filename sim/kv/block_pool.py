@@ -27,6 +27,7 @@ C index (converted once) and ``b`` the id object the lists keep: in Python the t
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sim.kv.free_queue import FreeQueue
 
@@ -34,10 +35,10 @@ FREE_ORDERS = ("front-tail", "tail", "stack")
 UNPUBLISHED = -(1 << 62)  # block_hash of a hashed block not in the map (no key reaches it; module docstring)
 
 
-def pop_front(out: list[int], nxt: list[int], prv: list[int], head: int, ref: list[int], bh: list[int | None],
-              cache: dict[int, int], n: int, unpub: int) -> int:
+def pop_front(out: list[int], nxt: Any, prv: Any, head: int, ids: list[int], ref: list[int],
+              bh: list[int | None], cache: dict[int, int], n: int, unpub: int) -> int:
     """Unlink the first ``n`` blocks after ``head`` from a free queue's links (``nxt``, ``prv``)
-    onto ``out``, ref count 1 each, a hash a block still carries evicted (``del cache[key]``,
+    onto ``out`` (their int objects, ``ids[b]``), ref count 1 each, a hash a block still carries evicted (``del cache[key]``,
     unless the mark ``unpub``); returns the evictions. The caller takes ``n`` off the queue's
     size and counts them. :meth:`BlockPool.get_new_blocks` without duplicate keys, on the
     pool's lists: one loop for it and for the allocator's crossings (:mod:`sim.kv.table_loops`),
@@ -45,16 +46,15 @@ def pop_front(out: list[int], nxt: list[int], prv: list[int], head: int, ref: li
     evicted = 0
     b = nxt[head]
     for _ in range(n):
-        out.append(b)
-        i = b  # (an index: compiled, the id converted once)
-        key = bh[i]
+        out.append(ids[b])
+        key = bh[b]
         if key is not None:  # BlockPool._evict without duplicates, inlined
             if key is not unpub:
                 del cache[key]
-            bh[i] = None
+            bh[b] = None
             evicted += 1
-        ref[i] = 1
-        b = nxt[i]
+        ref[b] = 1
+        b = nxt[b]
     nxt[head] = b
     prv[b] = head
     return evicted
@@ -157,20 +157,20 @@ class BlockPool:
                 self.ref[b] = 1
             return popped
         fq = self.free_queue
-        nxt, head = fq._next, fq._head
+        nxt, head, ids = fq._next, fq._head, fq.ids
         ref, bh = self.ref, self.block_hash
         out: list[int] = []
         if not self.dups:
-            self.evictions += pop_front(out, nxt, fq._prev, head, ref, bh, self.cache, n, UNPUBLISHED)
+            self.evictions += pop_front(out, nxt, fq._prev, head, ids, ref, bh, self.cache, n, UNPUBLISHED)
             fq.size -= n
             return out
         add = out.append
         b = nxt[head]
         for _ in range(n):
-            add(b)
+            add(ids[b])
             key = bh[b]
             if key is not None:
-                self._evict(b, key)
+                self._evict(ids[b], key)
             ref[b] = 1
             b = nxt[b]
         nxt[head] = b
@@ -187,13 +187,13 @@ class BlockPool:
         b = nxt[head]
         key = self.block_hash[b]
         if key is not None:
-            self._evict(b, key)
+            self._evict(fq.ids[b], key)
         self.ref[b] = 1
         after = nxt[b]
         nxt[head] = after
         fq._prev[after] = head
         fq.size -= 1
-        return b
+        return fq.ids[b]
 
     def touch(self, blocks: Iterable[int]) -> None:
         """Take one more reference on each block (a hit on a free block unlinks it)."""
@@ -220,10 +220,11 @@ class BlockPool:
         # front's go in after, in their order (the two ends are apart, so the order of the two
         # does not matter, even on an empty queue)
         nxt, prv, end = fq._next, fq._prev, fq._tail
-        last, shared, n_tail = prv[end], 0, 0
-        li = last  # (indices: compiled, each id converted once; the lists keep the id objects)
-        for b in (table if self.stack else reversed(table)):
-            i = b
+        li, shared, n_tail = prv[end], 0, 0  # (the tail's last block)
+        n, stack = len(table), self.stack
+        for j in range(n):
+            b = table[j if stack else n - 1 - j]
+            i = b  # (an index: compiled, the id converted once; the table keeps the id object)
             r = ref[i] - 1
             ref[i] = r
             if r > 0:
@@ -231,11 +232,11 @@ class BlockPool:
             elif split and bh[i] is None:
                 to_front(b)
             else:
-                nxt[li] = b
-                prv[i] = last
-                last, li = b, i
+                nxt[li] = i
+                prv[i] = li
+                li = i
                 n_tail += 1
-        nxt[li], prv[end] = end, last
+        nxt[li], prv[end] = end, li
         fq.size += n_tail
         self.shared_excess -= shared
         fq.prepend_n(front)

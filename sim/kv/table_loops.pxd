@@ -2,6 +2,8 @@
 # indices are C integers; block ids stay the lists' own int objects (``i`` is one as a C index);
 # the requests (their fields read as struct members), their tables, the margin and the map stay the objects they are (the map may be
 # a dict subclass that logs its changes: untyped).
+from libc.stdint cimport int64_t
+
 cimport cython
 
 from sim.kv.block_pool cimport BlockPool, pop_front
@@ -21,7 +23,8 @@ cdef _each_decoder(list reqs, list new, Py_ssize_t ahead, Py_ssize_t block_size,
 cpdef register_decoded(list reqs, Py_ssize_t ahead, Py_ssize_t block_size, list bh, object mark, object slow)
 
 @cython.locals(new=list, evicted=Py_ssize_t)
-cpdef Py_ssize_t cross(list reqs, list nxt, list prv, object head, list ref, list bh, object cache, object unpub,
+cpdef Py_ssize_t cross(list reqs, int64_t[::1] nxt, int64_t[::1] prv, Py_ssize_t head, list ids, list ref, list bh,
+                       object cache, object unpub,
                        object ahead, object block_size, object mark, object slow) except -1
 
 @cython.locals(fq=FreeQueue, evicted=Py_ssize_t)

@@ -79,7 +79,7 @@ def register_decoded(reqs: list[Request], ahead: int, block_size: int, bh: list[
     _each_decoder(reqs, None, ahead, block_size, bh, mark, slow)
 
 
-def cross(reqs: list[Request], nxt: list[int], prv: list[int], head: int, ref: list[int], bh: list[Any],
+def cross(reqs: list[Request], nxt: Any, prv: Any, head: int, ids: list[int], ref: list[int], bh: list[Any],
           cache: dict[int, int], unpub: int, ahead: int | None, block_size: int, mark: object,
           slow: Callable[[Request, int], None]) -> int:
     """A window step's block boundary (:meth:`PagedAllocator.cross_boundary`): one block for each
@@ -87,7 +87,7 @@ def cross(reqs: list[Request], nxt: list[int], prv: list[int], head: int, ref: l
     then, unless ``ahead`` is None, registered as :func:`register_decoded` does. Returns the
     evictions; the caller takes ``len(reqs)`` off the queue's size and counts them."""
     new: list[int] = []
-    evicted = pop_front(new, nxt, prv, head, ref, bh, cache, len(reqs), unpub)
+    evicted = pop_front(new, nxt, prv, head, ids, ref, bh, cache, len(reqs), unpub)
     if ahead is None:
         append_each(reqs, new)
     else:
@@ -104,7 +104,7 @@ def cross_pool(reqs: list[Request], pool: BlockPool, ahead: int | None, block_si
     if pool.dups or pool.observed:
         return False
     fq = pool.free_queue
-    evicted = cross(reqs, fq._next, fq._prev, fq._head, pool.ref, pool.block_hash, pool.cache, UNPUBLISHED,
+    evicted = cross(reqs, fq._next, fq._prev, fq._head, fq.ids, pool.ref, pool.block_hash, pool.cache, UNPUBLISHED,
                     ahead, block_size, mark, slow)
     fq.size -= len(reqs)
     pool.evictions += evicted
