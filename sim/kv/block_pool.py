@@ -225,7 +225,8 @@ class BlockPool:
         for j in range(n):
             b = table[j if stack else n - 1 - j]
             i = b  # (an index: compiled, the id converted once; the table keeps the id object)
-            r = ref[i] - 1
+            r = ref[i]  # (a C integer compiled: the count taken out once, then decremented)
+            r -= 1
             ref[i] = r
             if r > 0:
                 shared += 1

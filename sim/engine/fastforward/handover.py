@@ -11,6 +11,7 @@ from collections.abc import Collection
 from sim.cost import StepBatch
 from sim.engine.fastforward.decoders import shift, uids
 from sim.engine.fastforward.steps import land
+from sim.engine.fastforward.window_state import WindowState
 from sim.engine.step import InFlight, StepKernel
 from sim.request import Request
 from sim.sched.plan import StepPlan
@@ -35,7 +36,7 @@ def _pending_plan(running: list[Request], admitted: StepPlan | None) -> StepPlan
     return admitted
 
 
-def close(k: StepKernel, lag: int, running: list[Request], s: int, real: Collection[int], landing: bool,
+def close(w: WindowState, lag: int, running: list[Request], s: int, real: Collection[int], landing: bool,
           p_plan: StepPlan, p_batch: StepBatch, p_dt: float, p_start: float, p_done: list[Request],
           t: float, due: float = -math.inf, na: float = math.inf) -> tuple[float, InFlight | None]:
     """End a window of ``s`` steps: every decoder (not in ``real``) gets its real counts. Async:
@@ -44,15 +45,16 @@ def close(k: StepKernel, lag: int, running: list[Request], s: int, real: Collect
     itself (:func:`lands_alone`: ``due``, the replica's next own arrival, and ``na``, the
     router's); sync: a step left landing (more than one chunked prefill remains) lands with
     every count real."""
+    k = w.k
     if landing and lag and lands_alone(k, running, p_done, p_start, t, due, na):
-        land(k, lag, p_plan, p_batch, p_dt, p_start, p_done, 0, 0)
+        land(w, p_plan, p_batch, p_dt, p_start, p_done, 0, 0)
         return t, None
     shift([r for r in running if r.uid not in real], s)
     if lag:
         return p_start, InFlight(StepPlan(scheduled=[(r, 1) for r in running], num_preempted=p_plan.num_preempted,
                                           swap_in_blocks=p_plan.swap_in_blocks), p_batch, p_dt, p_start, p_done)
     if landing:
-        land(k, lag, p_plan, p_batch, p_dt, p_start, p_done,
+        land(w, p_plan, p_batch, p_dt, p_start, p_done,
              sum(r.num_computed_tokens for r in running if r not in p_done), k.sched.num_waiting)
     return t, None
 

@@ -1,10 +1,12 @@
-# Cython declarations for steps.py (compiled where a C compiler is: setup.py). The kernel, the
-# plan and the requests stay the objects they are (a scheduler's or an allocator's override runs).
-from sim.io.fill cimport RowBuffer
-
+# Cython declarations for steps.py (compiled where a C compiler is: setup.py). The window's state
+# is typed (window_state.pxd); its kernel, the plan and the requests stay the objects they are (a
+# scheduler's or an allocator's override runs).
 cimport cython
 
+from sim.engine.fastforward.window_state cimport WindowState
 
-@cython.locals(rows=RowBuffer)
-cpdef land(object k, object lag, object plan, object batch, object dt, object start, list done, object computed,
-           object nw)
+
+@cython.locals(B=Py_ssize_t, free_blocks=Py_ssize_t, shared=Py_ssize_t, used=Py_ssize_t, internal=Py_ssize_t,
+               tok=Py_ssize_t, res=Py_ssize_t, ext=Py_ssize_t, free=Py_ssize_t)
+cpdef land(WindowState w, object plan, object batch, double dt, double start, list done, Py_ssize_t computed,
+           Py_ssize_t nw)

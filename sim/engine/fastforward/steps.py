@@ -12,7 +12,8 @@ from functools import partial
 from typing import Any
 
 from sim.cost import StepBatch
-from sim.engine.step import InFlight, StepKernel
+from sim.engine.fastforward.window_state import WindowState
+from sim.engine.step import InFlight
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
@@ -24,36 +25,33 @@ NONE: list[Request] = []  # no request finishes in this step (read only)
 Window = Generator[Any, Any, tuple[float, InFlight | None]]  # yields pause times (float) or naps (pause.Nap)
 
 
-def land(k: StepKernel, lag: int, plan: StepPlan, batch: StepBatch, dt: float,
-          start: float, done: list[Request], computed: int, nw: int) -> None:
-    """The step ``(plan, batch, dt, start)`` lands: the requests whose last token it sampled
-    (``done``) are freed, then its record; ``computed`` counts the running requests' token
-    states once they are gone, ``nw`` the waiting requests."""
+def land(w: WindowState, plan: StepPlan, batch: StepBatch, dt: float, start: float, done: list[Request],
+         computed: int, nw: int) -> None:
+    """The step ``(plan, batch, dt, start)`` of window ``w`` lands: the requests whose last token
+    it sampled (``done``) are freed, then its record; ``computed`` counts the running requests'
+    token states once they are gone, ``nw`` the waiting requests. The replica's parts are read
+    from the window (its kernel's, read once as it opened)."""
+    k, kv = w.k, w.kv
     if done:
-        if lag:  # as AsyncScheduler.output: the token is seen, a block it filled is cached
-            kv, B = k.kv, k.kv.block_size
+        if w.lag:  # as AsyncScheduler.output: the token is seen, a block it filled is cached
+            B = w.B
             for r in done:
                 r.pending_output = 0
-                if k.caching and not r.num_computed_tokens % B:
+                if w.caching and not r.num_computed_tokens % B:
                     kv.register_full_blocks(r, r.num_computed_tokens)
         k.finish(done, start + dt)
-    sched, kv, lin = k.sched, k.kv, k.lin
-    running = sched.running
-    blocks = k.decode_blocks
-    if lin is not None and blocks is not None:  # KvAllocator.breakdown of a paged pool, without its calls
-        pool = blocks.pool  # (sim/kv/base.py)
-        free_blocks, shared = pool.free_queue.size, pool.shared_excess
-        B, used = lin.block_size, lin.usable - free_blocks  # LinearBreakdown.split, inlined (as the window's)
+    running = w.running
+    if w.linear:  # KvAllocator.breakdown of a paged pool, without its calls (LinearBreakdown.split)
+        free_blocks, shared = w.fq.size, w.pool.shared_excess
+        B, used = w.B, w.usable - free_blocks
         internal = (used + shared) * B - computed
-        tok, res, ext, free = used * B - internal, 0, lin.null_slots, free_blocks * B
+        tok, res, ext, free = used * B - internal, 0, w.nulls, free_blocks * B
     else:
-        tok, res, internal, ext, free = kv.breakdown(running, computed, waiting=sched.waiting.peek() if nw else None)
+        tok, res, internal, ext, free = kv.breakdown(running, computed, waiting=w.waiting.peek() if nw else None)
         free_blocks, shared = kv.num_free_blocks, kv.shared_excess
-    rows = k.log.rows
-    rows.add(k.step, start, dt, len(running), nw, batch.prefill_tokens, batch.num_decode_seqs,
-             plan.num_preempted, free_blocks, tok, res, internal, ext, free,
-             shared, plan.swap_out_blocks, plan.swap_in_blocks)
+    w.rows.add(k.step, start, dt, len(running), nw, batch.prefill_tokens, batch.num_decode_seqs,
+               plan.num_preempted, free_blocks, tok, res, internal, ext, free,
+               shared, plan.swap_out_blocks, plan.swap_in_blocks)
     k.busy_s += dt
     k.step += 1
     k.ff_steps += 1
-

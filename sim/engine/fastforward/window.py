@@ -170,6 +170,6 @@ class WindowRun(WindowSteps):
             self.polls.handed_back(self.s)
         if not self.s:
             return self.t if self.f is None else self.f.start, self.f
-        return close(self.k, self.lag, self.running, self.s, self.partial | {r.uid for r in self.p_done}
+        return close(self, self.lag, self.running, self.s, self.partial | {r.uid for r in self.p_done}
                      if self.landing else self.partial, self.landing, self.p_plan, self.p_batch, self.p_dt, self.p_start,
                      self.p_done, self.t, self.due if self.quiet else -math.inf, self.na)

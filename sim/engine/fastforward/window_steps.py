@@ -195,7 +195,7 @@ class WindowSteps(WindowState):
         """Async: step s lands at t, after step s1 was planned."""
         plan = self.planned
         extra = self.k.computed_of(plan.scheduled) if plan is not None else 0
-        land(self.k, self.lag, self.p_plan, self.p_batch, self.p_dt, self.p_start, self.p_done,
+        land(self, self.p_plan, self.p_batch, self.p_dt, self.p_start, self.p_done,
              self.c0_sum + self.decoders * self.s + extra, self.nw)
         self.due = self.own() if self.p_done and self.quiet else self.due  # a client's send at a finish
 
@@ -225,7 +225,7 @@ class WindowSteps(WindowState):
             return False
         if not self.lag:  # sync: step s1 lands at its end, before step s1 + 1 is planned
             part = self.part
-            land(self.k, self.lag, self.p_plan, self.p_batch, self.p_dt, self.p_start, self.p_done,
+            land(self, self.p_plan, self.p_batch, self.p_dt, self.p_start, self.p_done,
                  self.c0_sum + self.decoders * self.s + (part.num_computed_tokens if part is not None else 0), self.nw)
             self.landing, keep = False, keep and not done
             self.due = self.own() if done and self.quiet else self.due  # (as above)
