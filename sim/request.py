@@ -1,8 +1,8 @@
 """Live request state (mutable) and its lifecycle.
 
 Compiled by Cython where a C compiler is (``request.pxd``: an extension type whose fields the
-compiled loops that name it read and write as struct members, about 2 ns where an attribute
-lookup takes 30), else run as is. Either way a field holds the object assigned to it, as a
+compiled loops that name it read and write as struct members, not by an attribute lookup), else
+run as is. Either way a field holds the object assigned to it, as a
 slotted class's would. A subclass may add methods and attributes; one that redefined a field
 (a property of the same name) would not be seen by the compiled loops, which read the field.
 """

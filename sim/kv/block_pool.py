@@ -38,8 +38,8 @@ UNPUBLISHED = -(1 << 62)  # block_hash of a hashed block not in the map (no key 
 def pop_front(out: list[int], nxt: Any, prv: Any, head: int, ids: list[int], ref: list[int],
               bh: list[int | None], cache: dict[int, int], n: int, unpub: int) -> int:
     """Unlink the first ``n`` blocks after ``head`` from a free queue's links (``nxt``, ``prv``)
-    onto ``out`` (their int objects, ``ids[b]``), ref count 1 each, a hash a block still carries evicted (``del cache[key]``,
-    unless the mark ``unpub``); returns the evictions. The caller takes ``n`` off the queue's
+    onto ``out`` (their int objects, ``ids[b]``), ref count 1 each, a hash a block still carries
+    evicted (``del cache[key]``, unless the mark ``unpub``); returns the evictions. The caller takes ``n`` off the queue's
     size and counts them. :meth:`BlockPool.get_new_blocks` without duplicate keys, on the
     pool's lists: one loop for it and for the allocator's crossings (:mod:`sim.kv.table_loops`),
     which pop straight into their own lists."""
