@@ -26,8 +26,8 @@ from collections import defaultdict
 from tests.test_architecture import REPO, Graph, import_cycles, import_graph
 
 ENGINE_SIDE = ("sim.engine", "sim.sched")
-KV_CONTRACT = ("sim.kv", "sim.kv.base", "sim.kv.connector", "sim.kv.margin")  # the contract (with its
-# capacity-margin record) and the connector seam
+KV_CONTRACT = ("sim.kv", "sim.kv.base", "sim.kv.linear", "sim.kv.connector", "sim.kv.margin")  # the contract
+# (with its linear breakdown and capacity-margin record) and the connector seam
 OUTPUTS = ("sim.io",)
 CALIBRATION_USERS = ("sim.cli",)
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from sim.kv.linear import split
 from sim.request import Request
 
 if TYPE_CHECKING:
@@ -116,11 +117,8 @@ class LinearBreakdown(NamedTuple):
 
     def split(self, free: int, shared: int, computed: int) -> tuple[int, int, int, int, int]:
         """The five fields of ``breakdown`` (token states, reserved, internal, external, free
-        slots), as above."""
-        B = self.block_size
-        used = self.usable - free
-        internal = (used + shared) * B - computed
-        return used * B - internal, 0, internal, self.null_slots, free * B
+        slots), as above (:func:`sim.kv.linear.split`)."""
+        return split(self.block_size, self.usable, self.null_slots, free, shared, computed)
 
 
 class DecodeBlocks(Protocol):

@@ -9,6 +9,7 @@ cimport cython
 from sim.cost.decode_time cimport step_time
 from sim.engine.fastforward.decoders cimport boundary
 from sim.io.fill cimport RowBuffer
+from sim.kv.linear cimport split
 
 
 @cython.final
@@ -30,7 +31,8 @@ cdef class QuietSteps:
                    B=int64_t, usable=int64_t, nulls=int64_t, na_gate=double,
                    limit=int64_t, budget=int64_t, step=int64_t, busy=double, n=int64_t, s1=int64_t, bucket=list,
                    nb=Py_ssize_t, slack=int64_t, plan_t=double, pg=int64_t, ctx=int64_t, d=double,
-                   free_blocks=int64_t, shared=int64_t, used=int64_t, internal=int64_t, rows=RowBuffer)
+                   free_blocks=int64_t, shared=int64_t, internal=int64_t, tok=int64_t, res=int64_t, ext=int64_t,
+                   free=int64_t, rows=RowBuffer)
     cpdef tuple take(self, int64_t s, double t, int64_t pages, int64_t c0_sum, int64_t decoders, double dt,
                      object p_plan, object p_batch, double p_dt, double p_start, Py_ssize_t qnw, object head,
                      Py_ssize_t nrun, double due, double na, object held, double room)

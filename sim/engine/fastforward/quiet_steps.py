@@ -46,6 +46,7 @@ from sim.engine.fastforward.decoders import boundary, nearest
 from sim.engine.fastforward.steps import NO_PLAN, new_batch
 from sim.engine.step import StepKernel
 from sim.kv.base import DecodeBlocks, LinearBreakdown
+from sim.kv.linear import split
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
@@ -144,17 +145,15 @@ class QuietSteps:
             if nb or (not lag and self.register is not None):
                 boundary(buckets, s1, lag, self.crosser, self.register)
             free_blocks, shared = fq.size, pool.shared_excess
-            used = usable - free_blocks
-            internal = (used + shared) * B - (ctx - decoders if lag else ctx)
+            tok, res, internal, ext, free = split(B, usable, nulls, free_blocks, shared, ctx - decoders if lag else ctx)
             if lag:  # step s lands, step s1 is launched
-                rows.add(step, p_start, p_dt, nrun, qnw, f0, f1, f2, free_blocks, used * B - internal, 0, internal,
-                         nulls, free_blocks * B, shared, f3, f4)
+                rows.add(step, p_start, p_dt, nrun, qnw, f0, f1, f2, free_blocks, tok, res, internal, ext, free, shared,
+                         f3, f4)
                 busy = busy + p_dt
                 f0, f1, f2, f3, f4 = 0, decoders, 0, 0, 0
                 p_dt, p_start = d, t
             else:
-                rows.add(step, t, d, nrun, qnw, 0, decoders, 0, free_blocks, used * B - internal, 0, internal,
-                         nulls, free_blocks * B, shared, 0, 0)
+                rows.add(step, t, d, nrun, qnw, 0, decoders, 0, free_blocks, tok, res, internal, ext, free, shared, 0, 0)
                 busy = busy + d
             step += 1
             pages, s, t, dt = pg, s1, t + d, d

@@ -4,9 +4,10 @@
 cimport cython
 
 from sim.engine.fastforward.window_state cimport WindowState
+from sim.kv.linear cimport split
 
 
-@cython.locals(B=Py_ssize_t, free_blocks=Py_ssize_t, shared=Py_ssize_t, used=Py_ssize_t, internal=Py_ssize_t,
+@cython.locals(B=Py_ssize_t, free_blocks=Py_ssize_t, shared=Py_ssize_t, internal=Py_ssize_t,
                tok=Py_ssize_t, res=Py_ssize_t, ext=Py_ssize_t, free=Py_ssize_t)
 cpdef land(WindowState w, object plan, object batch, double dt, double start, list done, Py_ssize_t computed,
            Py_ssize_t nw)

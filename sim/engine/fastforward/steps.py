@@ -14,6 +14,7 @@ from typing import Any
 from sim.cost import StepBatch
 from sim.engine.fastforward.window_state import WindowState
 from sim.engine.step import InFlight
+from sim.kv.linear import split
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
@@ -43,9 +44,7 @@ def land(w: WindowState, plan: StepPlan, batch: StepBatch, dt: float, start: flo
     running = w.running
     if w.linear:  # KvAllocator.breakdown of a paged pool, without its calls (LinearBreakdown.split)
         free_blocks, shared = w.fq.size, w.pool.shared_excess
-        B, used = w.B, w.usable - free_blocks
-        internal = (used + shared) * B - computed
-        tok, res, ext, free = used * B - internal, 0, w.nulls, free_blocks * B
+        tok, res, internal, ext, free = split(w.B, w.usable, w.nulls, free_blocks, shared, computed)
     else:
         tok, res, internal, ext, free = kv.breakdown(running, computed, waiting=w.waiting.peek() if nw else None)
         free_blocks, shared = kv.num_free_blocks, kv.shared_excess

@@ -4,6 +4,7 @@
 cimport cython
 
 from sim.engine.fastforward.window_state cimport WindowState
+from sim.kv.linear cimport split
 
 
 cdef class WindowSteps(WindowState):
@@ -13,8 +14,8 @@ cdef class WindowSteps(WindowState):
     cpdef cross_boundary(self, Py_ssize_t s1)
     cpdef object decode_batch(self, Py_ssize_t ctx)
     cpdef object decode_time(self)
-    @cython.locals(free_blocks=Py_ssize_t, shared=Py_ssize_t, comp=Py_ssize_t, used=Py_ssize_t, internal=Py_ssize_t,
-                   B=Py_ssize_t, lag=Py_ssize_t)
+    @cython.locals(free_blocks=Py_ssize_t, shared=Py_ssize_t, comp=Py_ssize_t, internal=Py_ssize_t, tok=Py_ssize_t,
+                   res=Py_ssize_t, ext=Py_ssize_t, free=Py_ssize_t, B=Py_ssize_t, lag=Py_ssize_t)
     cpdef record_quiet(self, Py_ssize_t s1, Py_ssize_t ctx)
     @cython.locals(nw=Py_ssize_t)
     cpdef tuple plan(self, Py_ssize_t s1, object skip, Py_ssize_t n_part)

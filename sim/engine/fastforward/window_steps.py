@@ -28,6 +28,7 @@ from sim.engine.fastforward.pause import pause
 from sim.engine.fastforward.preempt import preempt_pass, victims
 from sim.engine.fastforward.steps import NO_PLAN, NONE, land, new_batch
 from sim.engine.fastforward.window_state import WindowState
+from sim.kv.linear import split
 from sim.request import Request
 from sim.sched.plan import StepPlan
 
@@ -139,10 +140,8 @@ class WindowSteps(WindowState):
         free_blocks = self.fq.size if self.fq is not None else self.kv.num_free_blocks
         shared = self.pool.shared_excess if self.pool is not None else self.kv.shared_excess
         comp = ctx - self.decoders if lag else ctx  # token states held when the record is taken
-        if self.linear:  # LinearBreakdown.split, inline (the hottest path: no call)
-            used = self.usable - free_blocks
-            internal = (used + shared) * B - comp
-            tok, res, ext, free = used * B - internal, 0, self.nulls, free_blocks * B
+        if self.linear:  # LinearBreakdown.split (compiled: a C call)
+            tok, res, internal, ext, free = split(B, self.usable, self.nulls, free_blocks, shared, comp)
         else:
             tok, res, internal, ext, free = self.breakdown(self.running, comp, waiting=self.head)
         if lag:
