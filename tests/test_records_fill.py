@@ -1,4 +1,4 @@
-"""Step records from tuples (``sim/io/fill.py``, compiled by Cython where built) are
+"""Step records from rows (``sim/io/fill.py``, compiled by Cython where built) are
 ``np.fromiter``'s bytes, and the compiled module writes what its own ``.py`` writes as Python."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sim.io import fill
-from sim.io.records import STEP_DTYPE, StepLog, StepRecord, from_tuples
+from sim.io.records import STEP_DTYPE, StepLog, StepRecord
 from tests.helpers import as_python
 
 
@@ -26,17 +26,21 @@ def random_rows(rng: np.random.Generator, n: int) -> list[StepRecord]:
     return rows
 
 
-def views(a: np.ndarray) -> tuple[memoryview, memoryview]:
-    return a.view(np.int64).data, a.view(np.float64).data
+def buffered(rows: list[Any], mod: Any = fill) -> np.ndarray:
+    """``rows`` appended to a RowBuffer of ``mod`` (from a capacity of 3: it grows), as records."""
+    buf = mod.RowBuffer(STEP_DTYPE, capacity=3)
+    for r in rows:
+        buf.append(r)
+    return buf.records(0, len(buf))
 
 
-def test_the_fill_writes_fromiters_bytes() -> None:
+def test_the_buffer_writes_fromiters_bytes() -> None:
     rows = random_rows(np.random.default_rng(0), 3000)
     ref = np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows))
-    assert from_tuples(rows).tobytes() == ref.tobytes()
+    assert buffered(rows).tobytes() == ref.tobytes()
     plain = [tuple(r) for r in rows]  # as the engine appends them
-    assert from_tuples(plain).tobytes() == ref.tobytes()
-    assert from_tuples([]).shape == (0,)
+    assert buffered(plain).tobytes() == ref.tobytes()
+    assert buffered([]).shape == (0,)
 
 
 def test_a_log_frames_the_rows_as_fromiter_does() -> None:
@@ -49,28 +53,16 @@ def test_a_log_frames_the_rows_as_fromiter_does() -> None:
 
 
 def test_bad_rows_raise_instead_of_writing_garbage() -> None:
-    good = random_rows(np.random.default_rng(2), 3)
+    buf = fill.RowBuffer(STEP_DTYPE)
     with pytest.raises(TypeError, match="tuple of 17 fields"):
-        from_tuples([*good, (1, 2.0)])  # (a short row)
+        buf.append((1, 2.0))  # (a short row)
+    with pytest.raises(TypeError, match="tuple of 17 fields"):
+        buf.append([0] * 17)  # (not a tuple)
     with pytest.raises(TypeError):
-        from_tuples([*good, StepRecord(*(["x"] + [0] * 16))])  # type: ignore[arg-type]  # (a str step)
+        buf.append(StepRecord(*(["x"] + [0] * 16)))  # type: ignore[arg-type]  # (a str step)
     with pytest.raises(TypeError):
-        from_tuples([*good, StepRecord(*([1, 0.0, 0.0, 2.5] + [0] * 13))])  # (a float in an int field)
-    with pytest.raises(ValueError, match="need"):
-        fill.fill_records(good, *views(np.empty(2, STEP_DTYPE)), 0, 3)
-
-
-def test_the_fill_writes_a_slice_of_the_rows_into_a_slice_of_an_array() -> None:
-    rows = random_rows(np.random.default_rng(3), 50)
-    out = np.zeros(60, STEP_DTYPE)
-    from_tuples(rows, 10, 40, out[5:35])
-    ref = np.fromiter(rows[10:40], dtype=STEP_DTYPE, count=30)
-    assert out[5:35].tobytes() == ref.tobytes()
-    assert not out[:5].view(np.int64).any() and not out[35:].view(np.int64).any(), "nothing written outside"
-    with pytest.raises(IndexError, match="rows 10:60 of 50"):
-        fill.fill_records(rows, *views(np.empty(50, STEP_DTYPE)), 10, 60)
-    with pytest.raises(ValueError, match="need"):
-        fill.fill_records(rows, *views(np.empty(1, STEP_DTYPE)), 0, 2)
+        buf.append(StepRecord(*([1, 0.0, 0.0, 2.5] + [0] * 13)))  # (a float in an int field)
+    assert len(buf) == 0
 
 
 def test_the_compiled_module_writes_what_its_source_writes_as_python() -> None:
@@ -78,8 +70,7 @@ def test_the_compiled_module_writes_what_its_source_writes_as_python() -> None:
     rows = random_rows(np.random.default_rng(5), 400)
     got: list[Any] = []
     for f in (fill, py):
-        a = np.empty(300, STEP_DTYPE)
-        f.fill_records(rows, *views(a), 50, 350)
+        a = buffered(rows[50:350], f)
         cols = np.empty((len(rows), 3), np.float64)
         flat = cols.reshape(-1).data
         f.gather_attrs(rows, ("start_s", "duration_s", "step"), None, flat)
@@ -115,20 +106,11 @@ def test_the_row_buffer_holds_what_fromiter_writes_and_grows() -> None:
     ref = np.fromiter(rows, dtype=STEP_DTYPE, count=len(rows))
     assert len(buf) == 700
     assert buf.records(0, 700).tobytes() == ref.tobytes()
-    assert buf.records(100, 250).tobytes() == ref[100:250].tobytes()
+    assert buf.records(100, 250).tobytes() == buf.view(100, 250).tobytes() == ref[100:250].tobytes()
     buf.clear()
     assert len(buf) == 0 and buf.records(0, 0).size == 0
     buf.append(tuple(rows[5]))
     assert buf.records(0, 1).tobytes() == ref[5:6].tobytes()
-
-
-def test_a_bad_row_is_refused_as_it_is_appended() -> None:
-    buf = fill.RowBuffer(STEP_DTYPE)
-    with pytest.raises(TypeError, match="tuple of 17 fields"):
-        buf.append((1, 2.0))
-    with pytest.raises(TypeError):
-        buf.append(tuple([1, 0.0, 0.0, 2.5] + [0] * 13))  # (a float in an int field)
-    assert len(buf) == 0
 
 
 def test_a_requests_fields_are_gathered_as_getattr_reads_them() -> None:

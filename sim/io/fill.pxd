@@ -12,11 +12,6 @@ from sim.request cimport Request
 cdef Py_ssize_t NF  # (a C constant compiled: no module attribute)
 
 
-@cython.locals(n=Py_ssize_t, i=Py_ssize_t)
-cpdef void fill_records(list rows, int64_t[::1] ints, double[::1] floats, Py_ssize_t start, Py_ssize_t end) except *
-
-cdef void fill_one(object t, int64_t[::1] ints, double[::1] floats, Py_ssize_t o) except *
-
 cdef void write(int64_t[::1] ints, double[::1] floats, Py_ssize_t o, Py_ssize_t step, double start_s,
                 double duration_s, Py_ssize_t num_running, Py_ssize_t num_waiting, Py_ssize_t prefill_tokens,
                 Py_ssize_t decode_tokens, Py_ssize_t num_preempted, Py_ssize_t free_blocks,

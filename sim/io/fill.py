@@ -1,6 +1,6 @@
-"""Step records from step tuples, and request columns from requests: the loops that fill their
-numpy arrays, one value at a time (:func:`sim.io.records.from_tuples`, the step log's
-:class:`RowBuffer`, :func:`sim.io.results.attr_columns`).
+"""Step records from step rows, and request columns from requests: the loops that fill their
+numpy arrays, one value at a time (the step log's :class:`RowBuffer`,
+:func:`sim.io.results.attr_columns`).
 
 Both write into flat buffers their caller lays over its array -- a STEP_DTYPE array seen as
 int64 and as float64, a 2-D column block seen flat -- the values ``np.fromiter`` would write.
@@ -22,27 +22,6 @@ import numpy as np
 from sim.request import Request
 
 NF = 17  # fields of a StepRecord (sim/io/records.py): start_s, duration_s (1, 2) are floats
-
-
-def fill_records(rows: list[Any], ints: Any, floats: Any, start: int, end: int) -> None:
-    """Write the tuples ``rows[start:end]`` into ``end - start`` records of 17 fields:
-    ``ints`` and ``floats`` are one buffer of int64 and float64 values (a STEP_DTYPE array
-    viewed both ways, flat), fields 1 and 2 written as floats, the others as ints."""
-    n = end - start
-    if start < 0 or n < 0 or end > len(rows):
-        raise IndexError(f"fill_records: rows {start}:{end} of {len(rows)}")
-    if len(ints) != n * NF or len(floats) != n * NF:
-        raise ValueError(f"fill_records: need {n * NF} values for {n} records")
-    for i in range(n):
-        fill_one(rows[start + i], ints, floats, i * NF)
-
-
-def fill_one(t: Any, ints: Any, floats: Any, o: int) -> None:
-    """Write the tuple ``t`` as the record at ``o`` of the buffers (:func:`fill_records`' rules)."""
-    if not isinstance(t, tuple) or len(t) != NF:
-        raise TypeError("fill_records: a step record is a tuple of 17 fields")
-    write(ints, floats, o, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13],
-          t[14], t[15], t[16])
 
 
 def write(ints: Any, floats: Any, o: int, step: int, start_s: float, duration_s: float, num_running: int,
@@ -71,8 +50,8 @@ def write(ints: Any, floats: Any, o: int, step: int, start_s: float, duration_s:
 
 
 class RowBuffer:
-    """Step records appended as tuples (:func:`fill_records`' rules), each written into a growing
-    array of records (``dtype``: STEP_DTYPE, 17 fields of 8 bytes) as it comes.
+    """Step records appended as tuples (the module's rules), each written into a growing array of
+    records (``dtype``: STEP_DTYPE, 17 fields of 8 bytes) as it comes.
 
     Why at once: a tuple written while it is new is freed while it is in the cache. Held until
     the log was read, tens of thousands of tuples and their numbers were converted and freed
@@ -90,12 +69,11 @@ class RowBuffer:
         self.a, self.ints, self.floats = a, a.view(np.int64).data, a.view(np.float64).data
 
     def append(self, t: Any) -> None:
-        """A step's row as a tuple in StepRecord's field order."""
-        n = self.n
-        if n == len(self.a):
-            self._grow(2 * n)
-        fill_one(t, self.ints, self.floats, n * NF)
-        self.n = n + 1
+        """A step's row as a tuple in StepRecord's field order (a StepRecord is one)."""
+        if not isinstance(t, tuple) or len(t) != NF:
+            raise TypeError("RowBuffer: a step record is a tuple of 17 fields")
+        self.add(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13], t[14],
+                 t[15], t[16])
 
     def add(self, step: int, start_s: float, duration_s: float, num_running: int, num_waiting: int,
             prefill_tokens: int, decode_tokens: int, num_preempted: int, free_blocks: int, token_state_slots: int,
@@ -113,6 +91,10 @@ class RowBuffer:
 
     def __len__(self) -> int:
         return self.n
+
+    def view(self, start: int, end: int) -> np.ndarray:
+        """Records ``start .. end - 1`` in place: valid until the next append or clear."""
+        return self.a[start:end]
 
     def records(self, start: int, end: int) -> np.ndarray:
         """Records ``start .. end - 1``, a copy."""
@@ -140,7 +122,7 @@ def gather_attrs(objs: list[Any], names: tuple[str, ...], ints: Any, floats: Any
             code = codes[k]
             x = request_field(o, code) if plain and code >= 0 else getattr(o, names[k])
             if floats is None:
-                v = x  # (as in fill_records)
+                v = x  # (an index: v is a Py_ssize_t compiled, which takes no float; a no-op in Python)
                 ints[j] = v
             else:
                 floats[j] = x

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from sim.io.fill import RowBuffer, fill_records
+from sim.io.fill import RowBuffer
 
 
 class StepRecord(NamedTuple):
@@ -41,16 +41,6 @@ StepRow = tuple[int, float, float, int, int, int, int, int, int, int, int, int, 
 _FLOAT = {"start_s", "duration_s"}
 STEP_DTYPE = np.dtype([(c, np.float64 if c in _FLOAT else np.int64) for c in STEP_COLUMNS])
 """One step record as a numpy record (``frame`` and :mod:`sim.io.stream` convert with it)."""
-
-
-def from_tuples(rows: list[Any], start: int = 0, end: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
-    """StepRecord tuples ``rows[start:end]`` as one STEP_DTYPE array (written into ``out``, a
-    contiguous STEP_DTYPE array of that length, where given): ``np.fromiter``'s values, in one
-    pass (:func:`sim.io.fill.fill_records`, compiled: about 10x fromiter's speed)."""
-    end = len(rows) if end is None else end
-    a = np.empty(end - start, STEP_DTYPE) if out is None else out
-    fill_records(rows, a.view(np.int64).data, a.view(np.float64).data, start, end)
-    return a
 
 
 def concat_steps(parts: list[np.ndarray]) -> np.ndarray:
@@ -138,12 +128,12 @@ class StepLog:
             av, pos, prev = a.view(np.void), 0, 0  # (void views: copied as bytes, not field by field)
             for cut, part in zip(self.cuts, parts, strict=True):
                 if cut > prev:
-                    av[pos:pos + cut - prev] = rows.records(prev, cut).view(np.void)
+                    av[pos:pos + cut - prev] = rows.view(prev, cut).view(np.void)
                     pos, prev = pos + cut - prev, cut
                 av[pos:pos + len(part)] = part.view(np.void)
                 pos += len(part)
             if prev < len(rows):
-                av[pos:] = rows.records(prev, len(rows)).view(np.void)
+                av[pos:] = rows.view(prev, len(rows)).view(np.void)
         rows.clear()  # in place: the engine keeps its bound append
         self.parts, self.cuts, self.in_parts = [a], [0], len(a)
         return a
@@ -184,7 +174,7 @@ class StepLog:
         self.parts, self.cuts, self.in_parts = [], [], 0
 
     def _fold_rows(self, sums: Any, a: int, b: int, ends: list[np.ndarray] | None) -> None:
-        recs = self.rows.records(a, b)
+        recs = self.rows.view(a, b)  # (read before the log is cleared)
         sums.add_records(recs)
         if ends is not None:
             ends.append(record_ends(recs))
