@@ -156,7 +156,7 @@ class PagedAllocator(PrefixRegistration, KvCacheManager):
 
     def cross_boundary(self, reqs: list[Request], ahead: int | None) -> None:
         """:meth:`append_block`, then (``ahead`` not None) :meth:`register_decoded_blocks`: a
-        window step's block boundary. One call (:func:`~sim.kv.table_loops.cross`) where it
+        window step's block boundary. One call (:func:`~sim.kv.table_loops.cross_pool`) where it
         would make the same: its pops are :func:`~sim.kv.block_pool.pop_front`'s (not ``stack``,
         no duplicate keys, nobody logging them: ``BlockPool.observed``), its registrations heard
         by no connector and no subclass's methods to go past."""

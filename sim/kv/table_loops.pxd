@@ -22,12 +22,7 @@ cdef _each_decoder(list reqs, list new, Py_ssize_t ahead, Py_ssize_t block_size,
 
 cpdef register_decoded(list reqs, Py_ssize_t ahead, Py_ssize_t block_size, list bh, object mark, object slow)
 
-@cython.locals(new=list, evicted=Py_ssize_t)
-cpdef Py_ssize_t cross(list reqs, int64_t[::1] nxt, int64_t[::1] prv, Py_ssize_t head, list ids, list ref, list bh,
-                       object cache, object unpub,
-                       object ahead, object block_size, object mark, object slow) except -1
-
-@cython.locals(fq=FreeQueue, evicted=Py_ssize_t)
+@cython.locals(fq=FreeQueue, evicted=Py_ssize_t, new=list, bh=list)
 cpdef bint cross_pool(list reqs, BlockPool pool, object ahead, Py_ssize_t block_size, object mark, object slow) except -1
 
 @cython.locals(j0=Py_ssize_t, end=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t, blocks=list)

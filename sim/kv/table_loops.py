@@ -12,7 +12,7 @@ C index (converted once). The prefix-cache map is read and written through its o
 (``get``, ``in``, item assignment, ``del``): a map that logs what enters or leaves it (KV
 events, a dict subclass) sees every change.
 
-:func:`cross_pool` (:func:`cross` on a pool, its counts kept) is :meth:`PagedAllocator.cross_boundary`'s
+:func:`cross_pool` (a block boundary on a pool, its counts kept) is :meth:`PagedAllocator.cross_boundary`'s
 one call, and :meth:`PagedAllocator.cross_call`'s, made by a compiled caller (fast-forward's quiet
 steps): the bookkeeping around the pops is written once, here.
 """
@@ -79,33 +79,24 @@ def register_decoded(reqs: list[Request], ahead: int, block_size: int, bh: list[
     _each_decoder(reqs, None, ahead, block_size, bh, mark, slow)
 
 
-def cross(reqs: list[Request], nxt: Any, prv: Any, head: int, ids: list[int], ref: list[int], bh: list[Any],
-          cache: dict[int, int], unpub: int, ahead: int | None, block_size: int, mark: object,
-          slow: Callable[[Request, int], None]) -> int:
-    """A window step's block boundary (:meth:`PagedAllocator.cross_boundary`): one block for each
-    request popped from the free queue's front (:func:`~sim.kv.block_pool.pop_front`), appended,
-    then, unless ``ahead`` is None, registered as :func:`register_decoded` does. Returns the
-    evictions; the caller takes ``len(reqs)`` off the queue's size and counts them."""
+def cross_pool(reqs: list[Request], pool: BlockPool, ahead: int | None, block_size: int, mark: object,
+               slow: Callable[[Request, int], None]) -> bool:
+    """A window step's block boundary (:meth:`PagedAllocator.cross_boundary`'s one call, which
+    fast-forward's quiet steps make themselves: ``cross_call``): one block for each request
+    popped from the free queue's front (:func:`~sim.kv.block_pool.pop_front`), appended, then,
+    unless ``ahead`` is None, registered as :func:`register_decoded` does; the queue's size and
+    the evictions kept. False, with nothing done, where the pool has duplicate keys or is
+    observed: then its methods must run."""
+    if pool.dups or pool.observed:
+        return False
+    fq = pool.free_queue
     new: list[int] = []
-    evicted = pop_front(new, nxt, prv, head, ids, ref, bh, cache, len(reqs), unpub)
+    bh = pool.block_hash
+    evicted = pop_front(new, fq._next, fq._prev, fq._head, fq.ids, pool.ref, bh, pool.cache, len(reqs), UNPUBLISHED)
     if ahead is None:
         append_each(reqs, new)
     else:
         _each_decoder(reqs, new, ahead, block_size, bh, mark, slow)
-    return evicted
-
-
-def cross_pool(reqs: list[Request], pool: BlockPool, ahead: int | None, block_size: int, mark: object,
-               slow: Callable[[Request, int], None]) -> bool:
-    """:func:`cross` on ``pool``'s own lists, its counts kept (the free queue's size, the
-    evictions): :meth:`PagedAllocator.cross_boundary`'s one call, which fast-forward's quiet steps
-    make themselves (``cross_call``). False, with nothing done, where the pool has duplicate keys
-    or is observed: then its methods must run."""
-    if pool.dups or pool.observed:
-        return False
-    fq = pool.free_queue
-    evicted = cross(reqs, fq._next, fq._prev, fq._head, fq.ids, pool.ref, pool.block_hash, pool.cache, UNPUBLISHED,
-                    ahead, block_size, mark, slow)
     fq.size -= len(reqs)
     pool.evictions += evicted
     return True
